@@ -1,0 +1,39 @@
+"""django-pgjobs: a job queue that lives in the PostgreSQL database your Django project already runs.
+
+This module must not import models at import time (apps may not be ready yet); the
+public names below are resolved lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "JobContext",
+    "JobStatus",
+    "__version__",
+    "job",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import JobContext
+    from .decorators import job
+    from .states import JobStatus
+
+
+def __getattr__(name: str) -> Any:
+    if name == "job":
+        from .decorators import job
+
+        return job
+    if name == "JobStatus":
+        from .states import JobStatus
+
+        return JobStatus
+    if name == "JobContext":
+        from .context import JobContext
+
+        return JobContext
+    raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")

@@ -1,0 +1,46 @@
+"""System checks. IDs are documented in docs/reference/checks.md.
+
+E001 database is not PostgreSQL      E002 unknown PGJOBS key / bad PGJOBS value
+E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core import checks
+
+from .conf import SettingsError, build_settings, raw_settings
+
+
+@checks.register(checks.Tags.database, checks.Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    try:
+        conf = build_settings(raw_settings())
+    except SettingsError as exc:
+        return [checks.Error(str(exc), hint="See docs/reference/settings.md",
+                             id="django_pgjobs.E002")]
+    alias = conf.DATABASE
+    databases = getattr(django_settings, "DATABASES", {})
+    if alias not in databases:
+        errors.append(checks.Error(
+            f"PGJOBS['DATABASE'] is {alias!r}, which is not in DATABASES",
+            id="django_pgjobs.E001",
+        ))
+    else:
+        engine = databases[alias].get("ENGINE", "")
+        if "postgresql" not in engine:
+            errors.append(checks.Error(
+                f"django-pgjobs needs PostgreSQL; database {alias!r} uses {engine!r}",
+                hint="Set ENGINE to 'django.db.backends.postgresql' (psycopg 3).",
+                id="django_pgjobs.E001",
+            ))
+    if conf.STALE_AFTER < 3 * conf.HEARTBEAT_INTERVAL:
+        errors.append(checks.Error(
+            f"PGJOBS['STALE_AFTER'] ({conf.STALE_AFTER:g}s) must be at least 3 x "
+            f"HEARTBEAT_INTERVAL ({conf.HEARTBEAT_INTERVAL:g}s), or healthy jobs get reclaimed",
+            id="django_pgjobs.E003",
+        ))
+    return errors

@@ -1,0 +1,167 @@
+"""The ``PGJOBS`` settings: defaults, normalisation and a cached accessor.
+
+Every key is optional. Durations accept seconds (int or float) or a ``timedelta``
+and are normalised to float seconds here, so the rest of the package never sees a
+``timedelta``. Validation that should stop a deploy lives in ``checks.py``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "MAX_ATTEMPTS": 5,
+    "BACKOFF_BASE": 1.0,
+    "BACKOFF_CAP": 3600.0,
+    "HEARTBEAT_INTERVAL": 5.0,
+    "STALE_AFTER": 30.0,
+    "POLL_INTERVAL": 1.0,
+    "BATCH_SIZE": 100,
+    "SHUTDOWN_TIMEOUT": 30.0,
+    "REAPER_INTERVAL": 10.0,
+    "PRUNER_INTERVAL": 300.0,
+    "CRON_INTERVAL": 1.0,
+    "CRON_CATCHUP_WINDOW": 3600.0,
+    "RETENTION": {"completed": 7 * 86400.0, "dead": 30 * 86400.0, "cancelled": 7 * 86400.0},
+    "CRON": {},
+    "LISTEN": True,
+}
+
+DURATION_KEYS = frozenset(
+    {
+        "BACKOFF_BASE",
+        "BACKOFF_CAP",
+        "HEARTBEAT_INTERVAL",
+        "STALE_AFTER",
+        "POLL_INTERVAL",
+        "SHUTDOWN_TIMEOUT",
+        "REAPER_INTERVAL",
+        "PRUNER_INTERVAL",
+        "CRON_INTERVAL",
+        "CRON_CATCHUP_WINDOW",
+    }
+)
+
+
+class SettingsError(ValueError):
+    """A ``PGJOBS`` value has the wrong type or range; the message names the key."""
+
+
+def to_seconds(value: Any, name: str) -> float:
+    """Normalise a duration (number of seconds or ``timedelta``) to float seconds."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SettingsError(
+            f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}"
+        )
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SettingsError(f"{name} must be a finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def suggest(name: str, known: list[str] | set[str] | frozenset[str]) -> str:
+    """' Did you mean X?' or '' — for error messages about unknown names."""
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+@dataclass(frozen=True)
+class PgJobsSettings:
+    DATABASE: str = "default"
+    MAX_ATTEMPTS: int = 5
+    BACKOFF_BASE: float = 1.0
+    BACKOFF_CAP: float = 3600.0
+    HEARTBEAT_INTERVAL: float = 5.0
+    STALE_AFTER: float = 30.0
+    POLL_INTERVAL: float = 1.0
+    BATCH_SIZE: int = 100
+    SHUTDOWN_TIMEOUT: float = 30.0
+    REAPER_INTERVAL: float = 10.0
+    PRUNER_INTERVAL: float = 300.0
+    CRON_INTERVAL: float = 1.0
+    CRON_CATCHUP_WINDOW: float = 3600.0
+    RETENTION: dict[str, float] = field(default_factory=dict)
+    CRON: dict[str, dict[str, Any]] = field(default_factory=dict)
+    LISTEN: bool = True
+
+
+def raw_settings() -> dict[str, Any]:
+    value = getattr(django_settings, "PGJOBS", None) or {}
+    if not isinstance(value, dict):
+        raise SettingsError(f"PGJOBS must be a dict, got {type(value).__name__}")
+    return value
+
+
+def build_settings(user: dict[str, Any]) -> PgJobsSettings:
+    """Merge ``user`` over the defaults; raise ``SettingsError`` naming the first bad key."""
+    unknown = [k for k in user if k not in DEFAULTS]
+    if unknown:
+        k = unknown[0]
+        raise SettingsError(f"PGJOBS has an unknown key {k!r}.{suggest(k, set(DEFAULTS))}")
+    merged = {**DEFAULTS, **user}
+    out: dict[str, Any] = {}
+    for key, value in merged.items():
+        name = f"PGJOBS[{key!r}]"
+        if key in DURATION_KEYS:
+            seconds = to_seconds(value, name)
+            if seconds <= 0:
+                raise SettingsError(f"{name} must be positive, got {value!r}")
+            out[key] = seconds
+        elif key in ("MAX_ATTEMPTS", "BATCH_SIZE"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SettingsError(f"{name} must be a whole number >= 1, got {value!r}")
+            out[key] = value
+        elif key == "DATABASE":
+            if not isinstance(value, str) or not value:
+                raise SettingsError(f"{name} must be a database alias (str), got {value!r}")
+            out[key] = value
+        elif key == "LISTEN":
+            if not isinstance(value, bool):
+                raise SettingsError(f"{name} must be True or False, got {value!r}")
+            out[key] = value
+        elif key == "RETENTION":
+            if not isinstance(value, dict):
+                raise SettingsError(f"{name} must be a dict of status -> duration")
+            retention = dict(DEFAULTS["RETENTION"])
+            for status, dur in value.items():
+                if status not in DEFAULTS["RETENTION"]:
+                    raise SettingsError(
+                        f"{name} has unknown status {status!r}; finished statuses are "
+                        f"{sorted(DEFAULTS['RETENTION'])}.{suggest(str(status), set(DEFAULTS['RETENTION']))}"
+                    )
+                retention[status] = None if dur is None else to_seconds(dur, f"{name}[{status!r}]")
+            out[key] = retention
+        elif key == "CRON":
+            if not isinstance(value, dict):
+                raise SettingsError(f"{name} must be a dict of name -> schedule")
+            out[key] = value
+    return PgJobsSettings(**out)
+
+
+_cached: PgJobsSettings | None = None
+
+
+def get_settings() -> PgJobsSettings:
+    """The effective settings (cached; cleared when a test overrides ``PGJOBS``)."""
+    global _cached
+    if _cached is None:
+        _cached = build_settings(raw_settings())
+    return _cached
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    global _cached
+    if setting == "PGJOBS":
+        _cached = None

@@ -1,0 +1,39 @@
+"""``JobContext``: what a running job may know about its own execution."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from .exceptions import JobCancelled
+
+
+@dataclass
+class JobContext:
+    """Passed as the first argument to ``@job(takes_context=True)`` functions.
+
+    ``lease`` is the fencing token of this attempt: writes made on its behalf are
+    accepted only while the row still carries it. ``is_cancelled()`` turns true
+    when the job is cancelled or its lease is lost (seen at the next heartbeat).
+    """
+
+    job_id: int
+    task: str
+    attempt: int
+    max_attempts: int
+    lease: int
+    queue: str
+    idempotency_key: str | None = None
+    worker: str | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise JobCancelled(f"job {self.job_id} was cancelled or lost its lease")
+
+    def cancel(self) -> None:
+        """Mark cancelled (called by the worker when the row says so)."""
+        self._cancelled.set()

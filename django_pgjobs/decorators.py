@@ -1,0 +1,175 @@
+"""``@job``: turn a function into a registered, enqueueable job.
+
+Options are validated at decoration time, so a typo fails at import, not at 3am.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from . import registry
+from .conf import suggest
+from .validation import (
+    check_max_attempts,
+    check_options,
+    check_priority,
+    check_queue,
+)
+
+if TYPE_CHECKING:
+    from .models import Job
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+JOB_OPTIONS = frozenset(
+    {"name", "queue", "priority", "max_attempts", "atomic", "takes_context", "cron",
+     "retry_on", "discard_on"}
+)
+
+
+@dataclass(frozen=True)
+class JobDefinition:
+    """Everything the worker needs to know about a registered job."""
+
+    name: str
+    func: Callable[..., Any]
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None  # None: PGJOBS["MAX_ATTEMPTS"] at enqueue time
+    atomic: bool = False
+    takes_context: bool = False
+    cron: str | None = None
+    retry_on: tuple[type[BaseException], ...] = ()
+    discard_on: tuple[type[BaseException], ...] = ()
+    is_async: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def should_retry(self, exc: BaseException) -> bool:
+        """``discard_on`` wins; with ``retry_on`` set only those exceptions retry."""
+        if self.discard_on and isinstance(exc, self.discard_on):
+            return False
+        if self.retry_on:
+            return isinstance(exc, self.retry_on)
+        return True
+
+
+def _exception_classes(value: Any, option: str) -> tuple[type[BaseException], ...]:
+    items = (value,) if isinstance(value, type) else tuple(value or ())
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"@job({option}=...) takes exception classes, got {item!r}")
+    return items
+
+
+def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
+    for key in options:
+        if key not in JOB_OPTIONS:
+            raise TypeError(
+                f"@job got an unknown option {key!r}.{suggest(key, JOB_OPTIONS)} "
+                f"Options are: {', '.join(sorted(JOB_OPTIONS))}"
+            )
+    if not callable(func):
+        raise TypeError(f"@job decorates a function, got {func!r}")
+    qualname = getattr(func, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise TypeError(
+            f"@job functions must be defined at module level, got {func.__module__}.{qualname}"
+        )
+    name = options.get("name") or f"{func.__module__}.{qualname}"
+    if not isinstance(name, str) or len(name) > 255:
+        raise ValueError(f"@job(name=...) must be a string of at most 255 characters, got {name!r}")
+    takes_context = bool(options.get("takes_context", False))
+    if takes_context:
+        params = list(inspect.signature(func).parameters)
+        if not params:
+            raise TypeError(
+                f"@job(takes_context=True) function {name} needs a first parameter for the JobContext"
+            )
+    cron = options.get("cron")
+    if cron is not None and (not isinstance(cron, str) or not cron.strip()):
+        raise ValueError(f"@job(cron=...) must be a cron expression string, got {cron!r}")
+    max_attempts = options.get("max_attempts")
+    return JobDefinition(
+        name=name,
+        func=func,
+        queue=check_queue(options.get("queue", "default")),
+        priority=check_priority(options.get("priority", 0)),
+        max_attempts=None if max_attempts is None else check_max_attempts(max_attempts),
+        atomic=bool(options.get("atomic", False)),
+        takes_context=takes_context,
+        cron=cron,
+        retry_on=_exception_classes(options.get("retry_on"), "retry_on"),
+        discard_on=_exception_classes(options.get("discard_on"), "discard_on"),
+        is_async=inspect.iscoroutinefunction(func),
+    )
+
+
+class JobFunction(Generic[P, R]):
+    """What ``@job`` returns: still callable inline, plus ``enqueue``/``using``."""
+
+    def __init__(self, definition: JobDefinition, call_options: dict[str, Any] | None = None):
+        self.definition = definition
+        self.call_options: dict[str, Any] = call_options or {}
+        functools.update_wrapper(self, definition.func)
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """A direct call runs the function inline, as if there were no decorator."""
+        return self.definition.func(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<job {self.definition.name}>"
+
+    def using(self, **options: Any) -> JobFunction[P, R]:
+        """A copy with per-call overrides: queue, priority, run_at/delay, max_attempts, idempotency_key."""
+        checked = check_options(options)
+        merged = {**self.call_options}
+        if "run_at" in checked:
+            merged.pop("delay", None)
+        if "delay" in checked:
+            merged.pop("run_at", None)
+        merged.update(checked)
+        return JobFunction(self.definition, merged)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Insert one job in the caller's transaction; returns the ``Job`` row."""
+        from .enqueue import enqueue_one
+
+        return enqueue_one(self.definition, list(args), dict(kwargs), self.call_options)
+
+    def enqueue_many(self, calls: Iterable[Sequence[Any] | tuple[Sequence[Any], dict[str, Any]]]) -> int:
+        """Insert many jobs, one round trip per batch; returns how many were inserted.
+
+        Each item is a tuple of positional arguments, or ``(args, kwargs)`` when
+        given as a 2-tuple whose second element is a dict.
+        """
+        from .enqueue import enqueue_batch
+
+        return enqueue_batch(self.definition, calls, self.call_options)
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
+@overload
+def job(**options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Register ``func`` as a job. Usable bare (``@job``) or with options (``@job(queue=...)``)."""
+
+    def decorate(f: Callable[..., Any]) -> JobFunction[Any, Any]:
+        definition = make_definition(f, **options)
+        registry.register(definition)
+        return JobFunction(definition)
+
+    if func is not None:
+        return decorate(func)
+    return decorate

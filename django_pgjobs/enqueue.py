@@ -1,0 +1,179 @@
+"""Putting jobs in the table, inside the caller's transaction.
+
+No ``transaction.on_commit``: the INSERT joins whatever transaction the caller
+has open, so the job commits exactly when the business data does. One statement
+inserts the row and queues the wake-up NOTIFY (delivered only at commit).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from . import registry, sql
+from .conf import get_settings
+from .validation import check_arguments, check_options
+
+if TYPE_CHECKING:
+    from .decorators import JobDefinition
+    from .models import Job
+
+#: Rows per COPY batch in ``enqueue_many``.
+BULK_BATCH = 5000
+
+
+@functools.cache
+def _columns() -> tuple[list[str], str, frozenset[int]]:
+    from django.db.models import JSONField
+
+    from .models import Job
+
+    fields = Job._meta.concrete_fields
+    attnames = [f.attname for f in fields]
+    columns = ", ".join(f.column for f in fields)
+    json_positions = frozenset(i for i, f in enumerate(fields) if isinstance(f, JSONField))
+    return attnames, columns, json_positions
+
+
+def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
+    from .models import Job
+
+    attnames, _, json_positions = _columns()
+    values = list(row[: len(attnames)])
+    for i in json_positions:  # Django's psycopg setup loads jsonb as text
+        if isinstance(values[i], str):
+            values[i] = json.loads(values[i])
+    return Job.from_db(alias, attnames, values)
+
+
+def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Definition defaults overlaid with per-call options, ready for the INSERT."""
+    run_at: datetime | None = options.get("run_at")
+    if run_at is None and options.get("delay") is not None:
+        run_at = timezone.now() + options["delay"]
+    max_attempts = options.get("max_attempts") or definition.max_attempts
+    return {
+        "queue": options.get("queue", definition.queue),
+        "priority": options.get("priority", definition.priority),
+        "run_at": run_at,
+        "max_attempts": max_attempts or get_settings().MAX_ATTEMPTS,
+        "idempotency_key": options.get("idempotency_key"),
+    }
+
+
+def enqueue_one(
+    definition: JobDefinition,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    options: Mapping[str, Any],
+    *,
+    using: str | None = None,
+) -> Job:
+    """Validate, then insert one job (or return the job that already owns its key)."""
+    check_arguments(definition.func, definition.name, args, kwargs,
+                    takes_context=definition.takes_context)
+    opts = resolve_options(definition, options)
+    alias = using or get_settings().DATABASE
+    connection = connections[alias]
+    _, columns, _ = _columns()
+    key = opts["idempotency_key"]
+    with connection.cursor() as cursor:
+        for _ in range(3):
+            cursor.execute(sql.JOB_INSERT.format(columns=columns), [
+                definition.name, opts["queue"], opts["priority"], json.dumps(args),
+                json.dumps(kwargs), opts["run_at"], opts["max_attempts"], key,
+            ])
+            row = cursor.fetchone()
+            if row is not None:
+                return _row_to_job(alias, row)
+            # The key exists: return the job that owns it, writing nothing.
+            cursor.execute(sql.JOB_BY_KEY.format(columns=columns), [key])
+            row = cursor.fetchone()
+            if row is not None:
+                return _row_to_job(alias, row)
+            # The owner vanished between the two statements (pruned); try again.
+    raise RuntimeError(f"could not enqueue {definition.name} with idempotency key {key!r}")
+
+
+def enqueue_by_name(
+    task: str,
+    *,
+    args: Sequence[Any] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    using: str | None = None,
+    **options: Any,
+) -> Job:
+    """``Job.objects.enqueue("app.jobs.name", args=[...], ...)``: only registered names."""
+    if not isinstance(task, str):
+        raise TypeError(f"task must be the registered name of a @job (str), got {task!r}")
+    definition = registry.get(task)
+    checked = check_options(options)
+    return enqueue_one(definition, list(args or []), dict(kwargs or {}), checked, using=using)
+
+
+def _split_call(item: Any, task: str, index: int) -> tuple[list[Any], dict[str, Any]]:
+    if (
+        isinstance(item, tuple)
+        and len(item) == 2
+        and isinstance(item[1], dict)
+        and isinstance(item[0], list | tuple)
+    ):
+        return list(item[0]), dict(item[1])
+    if isinstance(item, list | tuple):
+        return list(item), {}
+    raise TypeError(
+        f"enqueue_many item {index} of {task} must be a tuple of arguments "
+        f"or an (args, kwargs) pair, got {type(item).__name__}"
+    )
+
+
+def enqueue_batch(
+    definition: JobDefinition,
+    calls: Iterable[Any],
+    options: Mapping[str, Any],
+    *,
+    using: str | None = None,
+) -> int:
+    """Validate every call first, then COPY them in batches inside one transaction."""
+    if options.get("idempotency_key") is not None:
+        raise ValueError(
+            "enqueue_many cannot take an idempotency_key (it would name every job in the batch);"
+            " enqueue keyed jobs one by one with .using(idempotency_key=...).enqueue()"
+        )
+    if isinstance(calls, str | bytes | Mapping):
+        raise TypeError(f"enqueue_many takes an iterable of argument tuples, got {type(calls).__name__}")
+    opts = resolve_options(definition, options)
+    rows: list[tuple[Any, ...]] = []
+    with_run_at = opts["run_at"] is not None
+    for index, item in enumerate(calls):
+        args, kwargs = _split_call(item, definition.name, index)
+        try:
+            check_arguments(definition.func, definition.name, args, kwargs,
+                            takes_context=definition.takes_context)
+        except TypeError as exc:
+            raise TypeError(f"enqueue_many item {index}: {exc}") from None
+        row: tuple[Any, ...] = (
+            definition.name, opts["queue"], opts["priority"], json.dumps(args),
+            json.dumps(kwargs), opts["max_attempts"],
+        )
+        rows.append((*row, opts["run_at"]) if with_run_at else row)
+    if not rows:
+        return 0
+    columns = "task, queue, priority, args, kwargs, max_attempts" + (", run_at" if with_run_at else "")
+    alias = using or get_settings().DATABASE
+    connection = connections[alias]
+    # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.
+    with transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+        raw = cursor.cursor
+        for start in range(0, len(rows), BULK_BATCH):
+            with raw.copy(f"COPY {sql.JOB} ({columns}) FROM STDIN") as copy:
+                for row in rows[start : start + BULK_BATCH]:
+                    copy.write_row(row)
+        cursor.execute(sql.JOB_NOTIFY, [opts["queue"]])
+    return len(rows)

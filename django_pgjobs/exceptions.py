@@ -1,0 +1,23 @@
+"""Exceptions raised to users and recorded on jobs."""
+
+from __future__ import annotations
+
+
+class PgJobsError(Exception):
+    """Base class of django-pgjobs' own errors."""
+
+
+class UnknownTask(LookupError, PgJobsError):
+    """A task name that no ``@job`` registered. The message lists close names."""
+
+
+class JobCancelled(PgJobsError):
+    """Recorded on a job cancelled while it ran; raised by ``JobContext.raise_if_cancelled``."""
+
+
+class LeaseLost(PgJobsError):
+    """A write about a job was refused because another owner holds its lease (fencing)."""
+
+
+class WorkerLost(PgJobsError):
+    """Recorded by the reaper on a job whose worker stopped heartbeating."""

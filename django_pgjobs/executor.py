@@ -1,0 +1,154 @@
+"""Run one claimed job and decide its outcome (no claiming, no batching here).
+
+The worker threads and ``testing.run_jobs`` both call ``execute``; what happens
+to the row afterwards is ``Outcome``'s business (see ``outcomes.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from . import registry, sql
+from .conf import get_settings
+from .context import JobContext
+from .decorators import JobDefinition
+from .exceptions import LeaseLost, UnknownTask
+from .retry import backoff
+from .validation import check_json
+
+logger = logging.getLogger("django_pgjobs")
+
+Kind = Literal["completed", "retry", "dead", "fenced"]
+
+
+@dataclass
+class Outcome:
+    """What should happen to the row. ``written``: the executor already wrote it
+    (atomic jobs complete inside their own transaction)."""
+
+    kind: Kind
+    value: Any = None
+    error: dict[str, Any] | None = None
+    delay: float = 0.0
+    exception: BaseException | None = None
+    written: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def error_entry(attempt: int, exc: BaseException, worker: str | None) -> dict[str, Any]:
+    """One entry of ``Job.errors``: attempt, time, exception type, message, traceback."""
+    cls = type(exc)
+    return {
+        "attempt": attempt,
+        "at": timezone.now().isoformat(),
+        "type": f"{cls.__module__}.{cls.__qualname__}",
+        "message": str(exc)[:2000],
+        "traceback": "".join(traceback.format_exception(exc))[-20000:],
+        "worker": worker,
+    }
+
+
+def make_context(claimed: sql.Claimed, worker: str | None) -> JobContext:
+    return JobContext(
+        job_id=claimed.id, task=claimed.task, attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts, lease=claimed.lease, queue=claimed.queue,
+        idempotency_key=claimed.idempotency_key, worker=worker,
+    )
+
+
+def _call(definition: JobDefinition, context: JobContext, args: list[Any],
+          kwargs: dict[str, Any]) -> Any:
+    call_args = [context, *args] if definition.takes_context else args
+    if definition.is_async:
+        return asyncio.run(definition.func(*call_args, **kwargs))
+    return definition.func(*call_args, **kwargs)
+
+
+def _failure(definition: JobDefinition | None, claimed: sql.Claimed, exc: BaseException,
+             worker: str | None, *, retryable: bool) -> Outcome:
+    entry = error_entry(claimed.attempt, exc, worker)
+    if retryable and claimed.attempt < claimed.max_attempts and (
+        definition is None or definition.should_retry(exc)
+    ):
+        conf = get_settings()
+        delay = backoff(claimed.attempt, base=conf.BACKOFF_BASE, cap=conf.BACKOFF_CAP)
+        return Outcome("retry", error=entry, delay=delay, exception=exc)
+    return Outcome("dead", error=entry, exception=exc)
+
+
+def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
+            context: JobContext | None = None) -> Outcome:
+    """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
+    try:
+        definition = registry.get(claimed.task)
+    except UnknownTask as exc:
+        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker), exception=exc)
+    context = context or make_context(claimed, worker)
+    args, kwargs = claimed.args, claimed.kwargs
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        exc = TypeError(f"stored args must be a JSON array and kwargs a JSON object, got "
+                        f"{type(args).__name__} and {type(kwargs).__name__}")
+        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker), exception=exc)
+    connection = connections[alias]
+    if claimed.idempotency_key is not None:
+        found, value = sql.result_for_key(connection, claimed.idempotency_key)
+        if found:
+            return Outcome("completed", value=value, extra={"short_circuit": True})
+    if definition.atomic:
+        return _execute_atomic(definition, claimed, context, worker, alias)
+    try:
+        value = _call(definition, context, args, kwargs)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
+        return _failure(definition, claimed, exc, worker, retryable=True)
+    try:
+        _check_return(value, claimed.task)
+    except _BadReturn as exc:
+        # The handler ran and its side effects happened; re-running cannot fix its type.
+        return _failure(definition, claimed, exc, worker, retryable=False)
+    return Outcome("completed", value=value)
+
+
+class _Fenced(Exception):
+    pass
+
+
+class _BadReturn(TypeError):
+    pass
+
+
+def _check_return(value: Any, task: str) -> None:
+    try:
+        check_json(value, f"the return value of {task}")
+    except TypeError as exc:
+        raise _BadReturn(str(exc)) from None
+
+
+def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: JobContext,
+                    worker: str | None, alias: str) -> Outcome:
+    """Handler, lease re-check, completion and result in ONE transaction.
+
+    The lease is checked (and the row locked) only after the handler, so the
+    heartbeat thread is never blocked behind a long job; if the lease moved on
+    meanwhile, everything the handler wrote is rolled back.
+    """
+    connection = connections[alias]
+    try:
+        with transaction.atomic(using=alias):
+            value = _call(definition, context, claimed.args, claimed.kwargs)
+            _check_return(value, claimed.task)
+            if not sql.complete_many(connection, [(claimed.id, claimed.lease, value)]):
+                raise _Fenced
+    except _Fenced:
+        return Outcome("fenced", exception=LeaseLost(
+            f"job {claimed.id} lease {claimed.lease} is no longer current; "
+            "its transaction was rolled back"))
+    except BaseException as exc:  # noqa: BLE001
+        return _failure(definition, claimed, exc, worker, retryable=not isinstance(exc, _BadReturn))
+    return Outcome("completed", value=value, written=True)

@@ -1,0 +1,66 @@
+"""The LISTEN connection: wakes the worker loop when a job is enqueued.
+
+A dedicated psycopg connection (not Django's: it blocks waiting for
+notifications). It reconnects with backoff and re-issues LISTEN after a server
+restart or a killed backend; while it is down the worker's poll still finds work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from django.db import connections
+
+from .sql import NOTIFY_CHANNEL
+from .throttle import Backoff
+
+logger = logging.getLogger("django_pgjobs")
+
+
+class Listener(threading.Thread):
+    def __init__(self, alias: str, on_notify: Callable[[str], None], stop: threading.Event):
+        super().__init__(name="pgjobs-listener", daemon=True)
+        self.alias = alias
+        self.on_notify = on_notify
+        self.stop = stop
+        self.connected = threading.Event()
+
+    def _connect(self) -> psycopg.Connection:
+        params = connections[self.alias].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("server_side_binding", None)
+        conn = psycopg.Connection.connect(**params, autocommit=True)
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        return conn
+
+    def run(self) -> None:
+        backoff = Backoff("listen connection")
+        while not self.stop.is_set():
+            conn: psycopg.Connection | None = None
+            try:
+                conn = self._connect()
+                self.connected.set()
+                backoff.succeeded()
+                # A reconnect may have missed notifications: wake the loop once.
+                self.on_notify("")
+                while not self.stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        self.on_notify(note.payload)
+                    # Keep-alive: a silently dead connection raises here.
+                    conn.execute("SELECT 1")
+            except Exception as exc:  # noqa: BLE001 - any failure: reconnect
+                self.connected.clear()
+                if self.stop.is_set():
+                    break
+                backoff.failed(exc)
+                self.stop.wait(backoff.delay())
+            finally:
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # noqa: BLE001
+                        pass

@@ -1,0 +1,67 @@
+"""Background services every ``runjobs`` process runs at their intervals.
+
+Each service has ``name``, ``interval`` (seconds) and ``run_once()``. Passes are
+idempotent and safe on many hosts at once, so no leader is elected: running
+them everywhere only costs a few cheap queries.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Protocol
+
+from django.db import connections
+
+from .throttle import Backoff
+
+logger = logging.getLogger("django_pgjobs")
+
+
+class Service(Protocol):
+    name: str
+    interval: float
+
+    def run_once(self) -> dict[str, Any]: ...
+
+
+def default_services(*, alias: str, worker: str) -> list[Service]:
+    """The services a worker runs: the reaper (and, when present, pruner and cron ticker)."""
+    from .reaper import Reaper
+
+    services: list[Service] = [Reaper(alias=alias, worker=worker)]
+    return services
+
+
+class MaintenanceThread(threading.Thread):
+    """Runs each service when due; a failing pass is logged and retried next interval."""
+
+    def __init__(self, services: list[Service], stop: threading.Event, alias: str):
+        super().__init__(name="pgjobs-maintenance", daemon=True)
+        self.services = services
+        self.stop = stop
+        self.alias = alias
+
+    def run(self) -> None:
+        # Stagger the first pass so replicas started together do not run in lockstep.
+        due = {s.name: time.monotonic() + random.uniform(0, min(s.interval, 1.0))
+               for s in self.services}
+        backoffs = {s.name: Backoff(s.name) for s in self.services}
+        try:
+            while not self.stop.is_set():
+                now = time.monotonic()
+                for service in self.services:
+                    if now < due[service.name]:
+                        continue
+                    try:
+                        service.run_once()
+                        backoffs[service.name].succeeded()
+                    except Exception as exc:  # noqa: BLE001
+                        backoffs[service.name].failed(exc)
+                        connections[self.alias].close()
+                    due[service.name] = time.monotonic() + service.interval * random.uniform(0.9, 1.1)
+                self.stop.wait(max(0.05, min(due.values()) - time.monotonic()))
+        finally:
+            connections[self.alias].close()

@@ -1,0 +1,71 @@
+"""Write an Outcome to the job's row (fenced by lease), then log and signal it.
+
+Signals and log lines follow the write, so nobody is told "succeeded" about a
+write that was fenced off.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from . import signals, sql
+from .executor import Outcome
+
+logger = logging.getLogger("django_pgjobs")
+
+
+def log_extra(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
+    return {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
+            "worker": worker}
+
+
+def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcome) -> bool:
+    """Apply a non-batched outcome; True when the row was still ours."""
+    if outcome.written or outcome.kind == "fenced":
+        return outcome.kind != "fenced"
+    if outcome.kind == "completed":
+        return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, outcome.value)]))
+    assert outcome.error is not None
+    if outcome.kind == "retry":
+        return sql.retry(connection, id=claimed.id, lease=claimed.lease, delay=outcome.delay,
+                         error=outcome.error)
+    return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+
+
+def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
+    """Log and signal what happened; never raises."""
+    base = {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
+            "lease": claimed.lease, "worker": worker}
+    extra = log_extra(claimed, worker)
+    if not ours:
+        write_name = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
+        logger.warning(
+            "job %s (%s, attempt %s): lease %s lost; the %s write changed nothing "
+            "(the job was reclaimed, cancelled or retried elsewhere)",
+            claimed.id, claimed.task, claimed.attempt, claimed.lease, write_name, extra=extra,
+        )
+        signals.send(signals.job_fenced, write=write_name, **{
+            k: base[k] for k in ("job_id", "task", "lease", "worker")})
+        return
+    if outcome.kind == "completed":
+        logger.debug("job %s (%s) completed", claimed.id, claimed.task, extra=extra)
+        signals.send(signals.job_succeeded, result=outcome.value, **base)
+    elif outcome.kind == "retry":
+        logger.info("job %s (%s, attempt %s/%s) failed: %s; retrying in %.2fs",
+                    claimed.id, claimed.task, claimed.attempt, claimed.max_attempts,
+                    _describe(outcome), outcome.delay, extra=extra)
+        signals.send(signals.job_failed, exception=outcome.exception,
+                     retry_in=outcome.delay, **base)
+    elif outcome.kind == "dead":
+        logger.error("job %s (%s, attempt %s/%s) dead-lettered: %s",
+                     claimed.id, claimed.task, claimed.attempt, claimed.max_attempts,
+                     _describe(outcome), extra=extra)
+        signals.send(signals.job_dead, exception=outcome.exception, **base)
+
+
+def _describe(outcome: Outcome) -> str:
+    err = outcome.error or {}
+    return f"{err.get('type', '?')}: {err.get('message', '')}"

@@ -1,0 +1,63 @@
+"""The registry: task name -> ``JobDefinition``.
+
+Only functions registered here are ever executed; a row naming anything else is
+dead-lettered as "unknown task". Nothing is ever imported by the dotted path
+stored in a row.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from typing import TYPE_CHECKING
+
+from .exceptions import UnknownTask
+
+if TYPE_CHECKING:
+    from .decorators import JobDefinition
+
+_lock = threading.Lock()
+_registry: dict[str, JobDefinition] = {}
+
+
+def register(definition: JobDefinition) -> None:
+    """Add ``definition``; a different function under a taken name is an error."""
+    with _lock:
+        existing = _registry.get(definition.name)
+        if existing is not None and not _same_function(existing, definition):
+            raise ValueError(
+                f"a job named {definition.name!r} is already registered "
+                f"({existing.func.__module__}.{existing.func.__qualname__}); "
+                f"pass @job(name=...) to give one of them another name"
+            )
+        _registry[definition.name] = definition
+
+
+def _same_function(a: JobDefinition, b: JobDefinition) -> bool:
+    # A re-imported module (runserver autoreload, tests) re-registers the same function.
+    return (a.func.__module__, a.func.__qualname__) == (b.func.__module__, b.func.__qualname__)
+
+
+def unregister(name: str) -> None:
+    with _lock:
+        _registry.pop(name, None)
+
+
+def get(name: str) -> JobDefinition:
+    """The definition of ``name``, or ``UnknownTask`` listing close names."""
+    try:
+        return _registry[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(_registry), n=3, cutoff=0.5)
+        hint = f" Close names: {', '.join(close)}." if close else ""
+        raise UnknownTask(
+            f"unknown task {name!r}: no @job function is registered under that name.{hint}"
+        ) from None
+
+
+def find(name: str) -> JobDefinition | None:
+    return _registry.get(name)
+
+
+def all_definitions() -> list[JobDefinition]:
+    return list(_registry.values())

@@ -1,0 +1,42 @@
+"""Signals sent by the worker. Receivers are isolated: one that raises is logged
+and cannot change a job's outcome or stop the worker.
+
+=================  ===========================================================
+signal             keyword arguments
+=================  ===========================================================
+job_started        job_id, task, attempt, lease, worker
+job_succeeded      job_id, task, attempt, lease, worker, result
+job_failed         job_id, task, attempt, lease, worker, exception, retry_in
+job_dead           job_id, task, attempt, lease, worker, exception
+job_fenced         job_id, task, lease, worker, write  (a zombie's refused write)
+jobs_reaped        jobs (list of (id, task, new status)), worker
+=================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+logger = logging.getLogger("django_pgjobs")
+
+job_started = Signal()
+job_succeeded = Signal()
+job_failed = Signal()
+job_dead = Signal()
+job_fenced = Signal()
+jobs_reaped = Signal()
+
+
+def send(signal: Signal, **kwargs: Any) -> None:
+    """``send_robust`` that logs what a receiver raised, never propagates it."""
+    if not signal.receivers:
+        return
+    for receiver, response in signal.send_robust(sender=None, **kwargs):
+        if isinstance(response, BaseException):
+            logger.error(
+                "signal receiver %r raised %r (ignored; the job's outcome is unchanged)",
+                receiver, response, exc_info=response,
+            )

@@ -1,0 +1,449 @@
+"""Every hand-written statement of the hot path, and thin wrappers around them.
+
+Why raw SQL: each statement here is one round trip that the ORM would split into
+several (select-then-update, update-then-insert). Locking rules, used everywhere:
+
+* claims and the reaper take rows with ``FOR UPDATE SKIP LOCKED``: they never wait
+  for another worker and never deadlock with one;
+* every multi-row write that *waits* for locks (heartbeat, complete, admin
+  actions) first locks its rows in ``id`` order, so two of them can never wait on
+  each other in a cycle;
+* every write about a claimed job is fenced by ``lease = <the claimed lease>``: a
+  zombie's late write matches zero rows and changes nothing.
+
+Statements run in autocommit unless the caller has a transaction open (enqueue
+joins the caller's transaction on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .states import JobStatus
+
+JOB = "django_pgjobs_job"
+RESULT = "django_pgjobs_jobresult"
+WORKER = "django_pgjobs_worker"
+NOTIFY_CHANNEL = "pgjobs"
+
+# ---------------------------------------------------------------------------
+# Enqueue
+# ---------------------------------------------------------------------------
+
+# Insert one job and wake idle workers. ON CONFLICT on the unique idempotency key
+# waits for a concurrent inserter of the same key to commit or roll back, then
+# does nothing (the caller then reads the winner's row), so concurrent enqueues
+# of one key produce exactly one row. pg_notify is delivered at commit, so a
+# rolled-back enqueue wakes nobody.
+JOB_INSERT = f"""
+WITH ins AS (
+    INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
+                       idempotency_key)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING {{columns}}
+)
+SELECT ins.*, pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text FROM ins
+"""
+
+# The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
+JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
+
+# Wake idle workers after a bulk COPY (one notification per queue per commit).
+JOB_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
+
+# ---------------------------------------------------------------------------
+# Claim
+# ---------------------------------------------------------------------------
+
+_CLAIM_SET = f"""
+UPDATE {JOB} AS j
+   SET status = '{JobStatus.RUNNING}',
+       attempts = j.attempts + 1,
+       lease = j.lease + 1,
+       started_at = now(),
+       heartbeat_at = now(),
+       worker = %(worker)s
+  FROM picked
+ WHERE j.id = picked.id
+RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
+          j.priority, j.idempotency_key
+"""
+
+# Claim up to n due jobs of ONE queue in claim-index order. The CTE is the
+# "optimisation fence": the LIMIT applies to the locked set, so the UPDATE can
+# never touch more rows than asked for. SKIP LOCKED makes competing workers take
+# different rows instead of queueing behind each other. attempts and lease are
+# bumped at claim time, so a crash mid-job still counts the attempt and a
+# reclaimed job can be told from its zombie.
+JOB_CLAIM_ONE_QUEUE = f"""
+WITH picked AS (
+    SELECT id FROM {JOB}
+     WHERE status = '{JobStatus.PENDING}' AND queue = %(queue)s AND run_at <= now()
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(n)s
+       FOR UPDATE SKIP LOCKED
+)
+{_CLAIM_SET}
+"""
+
+# Claim across several queues: the claim index leads with queue, so each queue is
+# scanned in index order (LATERAL, LIMIT n each) and the best n are taken. Rows of
+# the per-queue scans that are not taken stay locked only for this statement.
+JOB_CLAIM_QUEUES = f"""
+WITH picked AS (
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {JOB}
+         WHERE status = '{JobStatus.PENDING}' AND queue = q.name AND run_at <= now()
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(n)s
+           FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s
+)
+{_CLAIM_SET}
+"""
+
+# Claim from every queue: find the queues that have pending rows with a loose
+# index scan of the claim index (one index probe per distinct queue), then as above.
+JOB_CLAIM_ALL = f"""
+WITH RECURSIVE qs(name) AS (
+    (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM {JOB}
+             WHERE status = '{JobStatus.PENDING}' AND queue > qs.name
+             ORDER BY queue LIMIT 1)
+      FROM qs WHERE qs.name IS NOT NULL
+), picked AS (
+    SELECT c.id FROM qs
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {JOB}
+         WHERE status = '{JobStatus.PENDING}' AND queue = qs.name AND run_at <= now()
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(n)s
+           FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE qs.name IS NOT NULL
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s
+)
+{_CLAIM_SET}
+"""
+
+# ---------------------------------------------------------------------------
+# Fenced writes about claimed jobs
+# ---------------------------------------------------------------------------
+
+# Refresh the heartbeat of all of a worker's in-flight jobs in one statement.
+# Rows are locked in id order (see module docstring). Returns the ids whose lease
+# is no longer ours: reclaimed, cancelled or retried by someone else.
+JOB_HEARTBEAT = f"""
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS f(id, lease)
+), mine AS (
+    SELECT j.id FROM {JOB} j JOIN f ON j.id = f.id AND j.lease = f.lease
+     WHERE j.status = '{JobStatus.RUNNING}'
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j
+), touched AS (
+    UPDATE {JOB} AS j SET heartbeat_at = now() FROM mine WHERE j.id = mine.id RETURNING j.id
+)
+SELECT f.id FROM f LEFT JOIN {JOB} j ON j.id = f.id
+ WHERE j.id IS NULL OR j.lease <> f.lease
+"""
+
+# Complete a batch of jobs and store their results in the same statement (so in
+# the same transaction). Locks in id order; fenced by lease and status. A result
+# row is written when there is a value or an idempotency key to protect.
+# JobResult has no FK to the job, so this insert takes no lock on job rows.
+JOB_COMPLETE_MANY = f"""
+WITH d AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])
+        AS d(id, lease, value)
+), mine AS (
+    SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
+     WHERE j.status = '{JobStatus.RUNNING}'
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j
+), done AS (
+    UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now()
+      FROM mine WHERE j.id = mine.id
+    RETURNING j.id, j.idempotency_key
+), stored AS (
+    INSERT INTO {RESULT} (job_id, idempotency_key, value, created_at)
+    SELECT done.id, done.idempotency_key, d.value, now()
+      FROM done JOIN d ON d.id = done.id
+     WHERE d.value IS NOT NULL OR done.idempotency_key IS NOT NULL
+    ON CONFLICT DO NOTHING
+)
+SELECT id FROM done
+"""
+
+# A failed attempt with attempts left: back to pending after the backoff delay.
+JOB_RETRY = f"""
+UPDATE {JOB}
+   SET status = '{JobStatus.PENDING}',
+       run_at = now() + make_interval(secs => %(delay)s),
+       errors = errors || %(error)s::jsonb,
+       last_error = %(last_error)s
+ WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+RETURNING id
+"""
+
+# A failed attempt with none left (or discard_on / unknown task): dead letter.
+JOB_DEAD = f"""
+UPDATE {JOB}
+   SET status = '{JobStatus.DEAD}',
+       finished_at = now(),
+       errors = errors || %(error)s::jsonb,
+       last_error = %(last_error)s
+ WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+RETURNING id
+"""
+
+# Graceful shutdown: hand an unfinished job back without counting the attempt.
+JOB_RELEASE = f"""
+UPDATE {JOB}
+   SET status = '{JobStatus.PENDING}', attempts = attempts - 1, run_at = now()
+ WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+RETURNING id
+"""
+
+# Has the job been cancelled or taken over since we claimed it? (for atomic jobs)
+JOB_LEASE_CHECK = f"""
+SELECT 1 FROM {JOB}
+ WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+   FOR NO KEY UPDATE
+"""
+
+# A stored result for an idempotency key: the job already ran to completion once.
+RESULT_BY_KEY = f"SELECT value FROM {RESULT} WHERE idempotency_key = %s"
+
+# ---------------------------------------------------------------------------
+# Reaper, admin actions
+# ---------------------------------------------------------------------------
+
+_ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempts, 'at', now(), 'type', %(type)s, 'message', %(message)s,
+    'traceback', NULL, 'worker', j.worker))"""
+
+# Reclaim running jobs whose heartbeat is stale. SKIP LOCKED: reapers on many
+# hosts split the stale rows between them and never wait on a worker that is
+# completing the same row right now; the lease bump fences the lost worker.
+JOB_REAP_STALE = f"""
+WITH stale AS (
+    SELECT id FROM {JOB}
+     WHERE status = '{JobStatus.RUNNING}'
+       AND heartbeat_at < now() - make_interval(secs => %(stale_after)s)
+     ORDER BY heartbeat_at
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB} AS j
+   SET lease = j.lease + 1,
+       status = CASE WHEN j.attempts >= j.max_attempts
+                     THEN '{JobStatus.DEAD}' ELSE '{JobStatus.PENDING}' END,
+       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       run_at = now(),
+       errors = j.errors || {_ERROR_ENTRY},
+       last_error = %(message)s
+  FROM stale
+ WHERE j.id = stale.id
+RETURNING j.id, j.task, j.status, j.attempts, j.worker
+"""
+
+# Cancel pending or running jobs; the lease bump rejects an in-flight result.
+JOB_CANCEL = f"""
+WITH mine AS (
+    SELECT id FROM {JOB}
+     WHERE id = ANY(%(ids)s::bigint[])
+       AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')
+     ORDER BY id
+       FOR NO KEY UPDATE
+)
+UPDATE {JOB} AS j
+   SET status = '{JobStatus.CANCELLED}', lease = j.lease + 1, finished_at = now()
+  FROM mine WHERE j.id = mine.id
+RETURNING j.id
+"""
+
+# Retry now: dead, cancelled, or stuck running (stale heartbeat) -> pending, attempts
+# reset, lease bumped so a stuck job's zombie is fenced; the error history stays.
+JOB_RETRY_NOW = f"""
+WITH mine AS (
+    SELECT id FROM {JOB}
+     WHERE id = ANY(%(ids)s::bigint[])
+       AND (status IN ('{JobStatus.DEAD}', '{JobStatus.CANCELLED}')
+            OR (status = '{JobStatus.RUNNING}'
+                AND heartbeat_at < now() - make_interval(secs => %(stale_after)s)))
+     ORDER BY id
+       FOR NO KEY UPDATE
+)
+UPDATE {JOB} AS j
+   SET status = '{JobStatus.PENDING}', lease = j.lease + 1, attempts = 0,
+       run_at = now(), finished_at = NULL
+  FROM mine WHERE j.id = mine.id
+RETURNING j.id
+"""
+
+# ---------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------
+
+WORKER_UPSERT = f"""
+INSERT INTO {WORKER} (id, host, pid, queues, concurrency, started_at, last_seen)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, now(), now())
+ON CONFLICT (id) DO UPDATE SET last_seen = now()
+"""
+
+WORKER_DELETE = f"DELETE FROM {WORKER} WHERE id = %s"
+
+# Forget workers not seen for a long time (crashed without saying goodbye).
+WORKER_FORGET_STALE = f"""
+DELETE FROM {WORKER} WHERE last_seen < now() - make_interval(secs => %(older_than)s)
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed job as the worker sees it (no model instance on the hot path)."""
+
+    id: int
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease: int
+    queue: str
+    priority: int
+    idempotency_key: str | None
+
+
+def claim(
+    connection: BaseDatabaseWrapper, *, worker: str, queues: Sequence[str] | None, n: int
+) -> list[Claimed]:
+    """Claim up to ``n`` due jobs (``queues=None``: every queue)."""
+    params: dict[str, Any] = {"worker": worker, "n": n}
+    if queues is None:
+        statement = JOB_CLAIM_ALL
+    elif len(queues) == 1:
+        statement = JOB_CLAIM_ONE_QUEUE
+        params["queue"] = queues[0]
+    else:
+        statement = JOB_CLAIM_QUEUES
+        params["queues"] = list(queues)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
+    return [
+        Claimed(r[0], r[1], _json(r[2]), _json(r[3]), r[4], r[5], r[6], r[7], r[8], r[9])
+        for r in rows
+    ]
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def complete_many(
+    connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int, Any]]
+) -> set[int]:
+    """Complete ``(id, lease, return value)`` items; returns the ids that were still ours."""
+    ids = [i[0] for i in items]
+    leases = [i[1] for i in items]
+    values = [None if i[2] is None else json.dumps(i[2], allow_nan=False) for i in items]
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "values": values})
+        return {row[0] for row in cursor.fetchall()}
+
+
+def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]]) -> set[int]:
+    """Touch ``(id, lease)`` items; returns the ids whose lease is no longer ours."""
+    if not items:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            JOB_HEARTBEAT, {"ids": [i[0] for i in items], "leases": [i[1] for i in items]}
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _fenced(connection: BaseDatabaseWrapper, statement: str, params: dict[str, Any]) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchone() is not None
+
+
+def retry(
+    connection: BaseDatabaseWrapper, *, id: int, lease: int, delay: float, error: dict[str, Any]
+) -> bool:
+    return _fenced(connection, JOB_RETRY, {
+        "id": id, "lease": lease, "delay": delay,
+        "error": json.dumps([error]), "last_error": _last_error(error),
+    })
+
+
+def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
+    return _fenced(connection, JOB_DEAD, {
+        "id": id, "lease": lease, "error": json.dumps([error]), "last_error": _last_error(error),
+    })
+
+
+def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
+    return _fenced(connection, JOB_RELEASE, {"id": id, "lease": lease})
+
+
+def lease_is_ours(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
+    """Inside a transaction: lock the row and confirm we still own it."""
+    return _fenced(connection, JOB_LEASE_CHECK, {"id": id, "lease": lease})
+
+
+def result_for_key(connection: BaseDatabaseWrapper, key: str) -> tuple[bool, Any]:
+    """``(found, value)`` of the stored result for an idempotency key."""
+    with connection.cursor() as cursor:
+        cursor.execute(RESULT_BY_KEY, [key])
+        row = cursor.fetchone()
+    return (False, None) if row is None else (True, _json(row[0]))
+
+
+def reap(
+    connection: BaseDatabaseWrapper, *, stale_after: float, batch: int = 500
+) -> list[tuple[int, str, str, int, str | None]]:
+    """Reclaim one batch of stale running jobs; returns (id, task, new status, attempts, worker)."""
+    from .exceptions import WorkerLost
+
+    message = (
+        f"worker lost: no heartbeat for more than {stale_after:g}s; "
+        "the job was reclaimed (it may have been running on a worker that was only slow)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_REAP_STALE, {
+            "stale_after": stale_after, "batch": batch, "message": message,
+            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+        })
+        return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
+
+
+def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_CANCEL, {"ids": list(ids)})
+        return {r[0] for r in cursor.fetchall()}
+
+
+def retry_now(connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float) -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after})
+        return {r[0] for r in cursor.fetchall()}
+
+
+def _last_error(error: dict[str, Any]) -> str:
+    return f"{error.get('type', 'Error')}: {error.get('message', '')}"[:10000]

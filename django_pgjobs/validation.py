@@ -1,0 +1,184 @@
+"""Checks on what users pass in: JSON-ness of arguments and the per-call options.
+
+Every error names the argument and what was wrong, and is raised before any row
+is written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from .conf import suggest
+from .states import PRIORITY_MAX, PRIORITY_MIN
+
+#: Options accepted by ``.using()`` and ``Job.objects.enqueue``.
+CALL_OPTIONS = frozenset(
+    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key"}
+)
+
+
+def check_json(value: Any, where: str) -> None:
+    """Raise ``TypeError`` unless ``value`` survives a JSON round trip unchanged."""
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{where} is {value!r}, which JSON cannot represent")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{where} has a non-string key {key!r} ({type(key).__name__}); "
+                    "JSON object keys are strings, so it would not round-trip"
+                )
+            check_json(item, f"{where}[{key!r}]")
+        return
+    hint = ""
+    if isinstance(value, tuple):
+        hint = " (use a list: a tuple comes back from JSON as a list)"
+    elif isinstance(value, datetime):
+        hint = " (pass value.isoformat() and parse it in the job)"
+    elif hasattr(value, "pk"):
+        hint = " (pass its primary key and load it in the job)"
+    raise TypeError(
+        f"{where} is a {type(value).__module__}.{type(value).__qualname__}, "
+        f"which does not round-trip through JSON{hint}"
+    )
+
+
+def check_arguments(
+    func: Callable[..., Any], task: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+    *, takes_context: bool = False,
+) -> None:
+    """Check arity against the signature and that every argument is JSON."""
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise TypeError(f"args of {task} must be a list, got {type(args).__name__}")
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs of {task} must be a dict, got {type(kwargs).__name__}")
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):  # builtins without a signature
+        sig = None
+    names: list[str] = []
+    if sig is not None:
+        params = list(sig.parameters.values())
+        if takes_context and params:
+            params = params[1:]
+        bound_sig = sig.replace(parameters=params)
+        try:
+            bound_sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{task}(): {exc}") from None
+        names = [
+            p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    for i, value in enumerate(args):
+        label = f"argument {names[i]!r}" if i < len(names) else f"positional argument {i}"
+        check_json(value, f"{label} of {task}")
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise TypeError(f"keyword names of {task} must be strings, got {key!r}")
+        check_json(value, f"argument {key!r} of {task}")
+
+
+def check_priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"priority must be a whole number between {PRIORITY_MIN} and {PRIORITY_MAX}, "
+            f"got {value!r}"
+        )
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise ValueError(
+            f"priority must be a whole number between {PRIORITY_MIN} and {PRIORITY_MAX}, "
+            f"got {value}"
+        )
+    return value
+
+
+def check_queue(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 100:
+        raise ValueError(f"queue must be a non-empty string of at most 100 characters, got {value!r}")
+    if value != value.strip() or "," in value:
+        raise ValueError(f"queue must not contain commas or surrounding spaces, got {value!r}")
+    return value
+
+
+def check_max_attempts(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+        raise ValueError(f"max_attempts must be a whole number from 1 to 1000, got {value!r}")
+    return value
+
+
+def check_idempotency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise ValueError(
+            f"idempotency_key must be a non-empty string of at most 255 characters, got {value!r}"
+        )
+    return value
+
+
+def check_run_at(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"run_at must be an aware datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            "run_at must be an aware datetime (it has no tzinfo); "
+            "use django.utils.timezone.now() + timedelta(...) or pass delay="
+        )
+    return value
+
+
+def check_delay(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        delay = value
+    elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        delay = timedelta(seconds=value)
+    else:
+        raise TypeError(f"delay must be a timedelta or a number of seconds, got {value!r}")
+    if delay < timedelta(0):
+        raise ValueError(f"delay must not be negative, got {value!r}")
+    return delay
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate per-call options; returns them normalised (``delay`` folded into run_at)."""
+    out: dict[str, Any] = {}
+    for key in options:
+        if key not in CALL_OPTIONS:
+            raise TypeError(f"unknown option {key!r}.{suggest(key, CALL_OPTIONS)}"
+                            f" Options are: {', '.join(sorted(CALL_OPTIONS))}")
+    if "queue" in options:
+        out["queue"] = check_queue(options["queue"])
+    if "priority" in options:
+        out["priority"] = check_priority(options["priority"])
+    if "max_attempts" in options:
+        out["max_attempts"] = check_max_attempts(options["max_attempts"])
+    if "idempotency_key" in options:
+        out["idempotency_key"] = check_idempotency_key(options["idempotency_key"])
+    run_at = check_run_at(options.get("run_at"))
+    delay = check_delay(options.get("delay"))
+    if run_at is not None and delay is not None:
+        raise TypeError("pass either run_at or delay, not both")
+    if run_at is not None:
+        out["run_at"] = run_at
+        out.pop("delay", None)
+    elif delay is not None:
+        out["delay"] = delay
+    return out

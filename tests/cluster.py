@@ -1,0 +1,121 @@
+"""Throwaway PostgreSQL clusters for tests that must restart a server, preload
+pg_cron or sit behind pgbouncer. Built from the machine's own PostgreSQL binaries
+(``initdb``/``pg_ctl``), on a free port, run as a non-root user.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+
+def pg_bindir() -> Path | None:
+    """The newest PostgreSQL server binaries on this machine (Debian layout or PATH)."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                        key=lambda p: int(Path(p).parent.parent.name))
+    if candidates:
+        return Path(candidates[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run as ``postgres`` when we are root."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return cmd
+
+
+class TempCluster:
+    """``initdb`` + ``pg_ctl`` on a free port; ``url(db)`` gives a Django DATABASE_URL."""
+
+    def __init__(self, *, conf: dict[str, str] | None = None, name: str = "pgjobs"):
+        bindir = pg_bindir()
+        if bindir is None:
+            raise RuntimeError("no PostgreSQL server binaries (initdb) on this machine")
+        self.bindir = bindir
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{name}-cluster-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.conf = conf or {}
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        subprocess.run(
+            _as_user([str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
+                      "--auth=trust", "-E", "UTF8"]),
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        settings = {
+            "port": str(self.port),
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.root}'",
+            "fsync": "off",
+            "log_min_messages": "warning",
+            **self.conf,
+        }
+        with open(self.data / "postgresql.conf", "a") as fh:
+            for key, value in settings.items():
+                fh.write(f"{key} = {value}\n")
+
+    def pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            _as_user([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                      "-w", *args]),
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+
+    def start(self) -> TempCluster:
+        self.pg_ctl("start")
+        return self
+
+    def stop(self) -> None:
+        self.pg_ctl("-m", "fast", "stop")
+
+    def restart(self) -> None:
+        self.pg_ctl("-m", "fast", "restart")
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self, dbname: str) -> None:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{dbname}"')
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.dsn(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def server_log(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def destroy(self) -> None:
+        try:
+            self.stop()
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)

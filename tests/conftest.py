@@ -1,0 +1,100 @@
+"""Shared fixtures: a second connection, subprocess workers, waiting with deadlines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
+               message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def dsn() -> str:
+    """A libpq DSN for the test database (for connections outside Django's)."""
+    params = connection.get_connection_params()
+    keys = ("host", "port", "user", "password", "dbname")
+    return " ".join(f"{k}='{params[k]}'" for k in keys if params.get(k) not in (None, ""))
+
+
+@pytest.fixture
+def other_connection(transactional_db: Any) -> Iterator[psycopg.Connection]:
+    """A second, independent autocommit connection to the test database."""
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        yield conn
+
+
+class WorkerProcess:
+    """A real ``manage.py runjobs`` subprocess on the test database."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runjobs", *args],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGCONT)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+        self._log.close()
+
+
+@pytest.fixture
+def start_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start ``runjobs`` subprocesses against the test database; all are killed afterwards."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
+                    "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
+                    "PYTHONPATH": str(ROOT), **(env or {})}
+        worker = WorkerProcess(list(args), full_env, tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,91 @@
+"""Test settings. The database comes from, in order:
+
+1. ``DATABASE_URL`` (read with django-environ);
+2. a testcontainers PostgreSQL, when a Docker engine answers;
+3. an embedded ``pgserver`` in the temp folder.
+
+The chosen URL is exported as ``DATABASE_URL`` so that ``runjobs`` subprocesses
+started by the tests use the same server.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import environ
+
+from tests.dbrig import choose_database_url
+
+os.environ["DATABASE_URL"] = choose_database_url()
+env = environ.Env()
+
+SECRET_KEY = "django-pgjobs-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+DATABASES = {"default": env.db("DATABASE_URL")}
+DATABASES["default"].setdefault("TEST", {})
+if os.environ.get("PGJOBS_WORKER_DB_NAME"):
+    # A runjobs subprocess started by a test: use the test database as is.
+    DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_pgjobs",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+STATIC_URL = "/static/"
+
+# Short timings so crash tests finish in seconds (documented defaults are 5s/30s).
+PGJOBS = {
+    "HEARTBEAT_INTERVAL": float(os.environ.get("PGJOBS_TEST_HEARTBEAT", "0.5")),
+    "STALE_AFTER": float(os.environ.get("PGJOBS_TEST_STALE_AFTER", "2")),
+    "REAPER_INTERVAL": 0.5,
+    "POLL_INTERVAL": 0.5,
+    "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),
+    "BACKOFF_BASE": 0.05,
+    "BACKOFF_CAP": 0.2,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
+}
+
+TEMP_DIR = tempfile.gettempdir()
