@@ -36,7 +36,7 @@ def _columns() -> tuple[list[str], str, frozenset[int]]:
 
     fields = Job._meta.concrete_fields
     attnames = [f.attname for f in fields]
-    columns = ", ".join(f.column for f in fields)
+    columns = ", ".join(str(f.column) for f in fields)
     json_positions = frozenset(i for i, f in enumerate(fields) if isinstance(f, JSONField))
     return attnames, columns, json_positions
 
@@ -112,6 +112,10 @@ def enqueue_by_name(
     """``Job.objects.enqueue("app.jobs.name", args=[...], ...)``: only registered names."""
     if not isinstance(task, str):
         raise TypeError(f"task must be the registered name of a @job (str), got {task!r}")
+    if args is not None and not isinstance(args, list | tuple):
+        raise TypeError(f"args of {task} must be a list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs of {task} must be a dict, got {type(kwargs).__name__}")
     definition = registry.get(task)
     checked = check_options(options)
     return enqueue_one(definition, list(args or []), dict(kwargs or {}), checked, using=using)

@@ -83,13 +83,15 @@ def check_arguments(
         names = [
             p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
-    for i, value in enumerate(args):
-        label = f"argument {names[i]!r}" if i < len(names) else f"positional argument {i}"
-        check_json(value, f"{label} of {task}")
-    for key, value in kwargs.items():
-        if not isinstance(key, str):
-            raise TypeError(f"keyword names of {task} must be strings, got {key!r}")
-        check_json(value, f"argument {key!r} of {task}")
+    try:
+        for i, value in enumerate(args):
+            check_json(value, f"argument {names[i]!r}" if i < len(names) else f"argument #{i}")
+        for key, value in kwargs.items():
+            if not isinstance(key, str):
+                raise TypeError(f"keyword names must be strings, got {key!r}")
+            check_json(value, f"argument {key!r}")
+    except TypeError as exc:
+        raise TypeError(f"{task}: {exc}") from None
 
 
 def check_priority(value: Any) -> int:

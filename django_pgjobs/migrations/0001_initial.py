@@ -2,7 +2,6 @@
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-
 # Aggressive autovacuum for the jobs table. Every job is inserted once and updated
 # at least twice (claim, complete), so the table produces dead tuples at about
 # twice the job rate. PostgreSQL's defaults (vacuum when 20% of the table is dead,
