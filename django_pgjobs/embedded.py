@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 
 def _pgserver() -> Any:
+    # pgserver asks platformdirs for a runtime dir, which warns when run as root
+    # without XDG_RUNTIME_DIR; harmless here.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         if sys.version_info >= (3, 13):
             os.environ.setdefault("PGSERVER_POSTGRES_VERSION", "16")
