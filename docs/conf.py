@@ -1,0 +1,49 @@
+"""Sphinx configuration for the django-pgjobs documentation (MyST Markdown, Furo).
+
+Built by ``scripts/dev docs`` as ``sphinx -W --keep-going -n``: every warning,
+including a broken internal link or a missing cross-reference, fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+project = "django-pgjobs"
+author = "django-pgjobs developers"
+copyright = "django-pgjobs developers"  # noqa: A001 - Sphinx's name
+# Read the version without importing the package (importing needs Django settings).
+release = re.search(
+    r'^__version__ = "([^"]+)"', (ROOT / "django_pgjobs" / "__init__.py").read_text(), re.M
+).group(1)  # type: ignore[union-attr]
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinxcontrib.mermaid",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/README.md"]
+
+# MyST: anchors for headings down to ###, so [text](page.md#some-heading) is checked.
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence", "deflist", "fieldlist", "attrs_inline"]
+# ```mermaid fences become diagrams.
+myst_fence_as_directive = ["mermaid"]
+
+html_theme = "furo"
+html_title = f"django-pgjobs {release}"
+html_static_path = ["_static"]
+html_theme_options = {
+    "source_repository": "https://github.com/django-pgjobs/django-pgjobs/",
+    "source_branch": "main",
+    "source_directory": "docs/",
+}
+
+# Console blocks are shell sessions.
+pygments_style = "friendly"
+highlight_language = "python"
