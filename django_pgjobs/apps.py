@@ -16,3 +16,6 @@ class PgJobsConfig(AppConfig):
         from . import checks  # noqa: F401  (registers the system checks)
 
         autodiscover_modules("jobs")
+        from .backend import autodiscover_tasks
+
+        autodiscover_tasks()  # django.tasks modules, when TASKS uses PgJobsBackend

@@ -2,6 +2,8 @@
 
 E001 database is not PostgreSQL      E002 unknown PGJOBS key / bad PGJOBS value
 E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
+E004 invalid recurring schedule (expression, timezone, entry)   E005 unknown task in CRON
+W004 CRON_CATCHUP_WINDOW not shorter than a RETENTION (a pruned fire time could run again)
 """
 
 from __future__ import annotations
@@ -44,3 +46,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             id="django_pgjobs.E003",
         ))
     return errors
+
+
+@checks.register(checks.Tags.compatibility)
+def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Recurring schedules parse, name registered tasks, and fit the retention."""
+    from .cron import collect_schedules
+
+    try:
+        conf = build_settings(raw_settings())
+    except SettingsError:
+        return []  # reported by check_settings
+    schedules, problems = collect_schedules(conf.CRON)
+    messages: list[checks.CheckMessage] = [
+        checks.Error(str(p), hint="See docs/howto/recurring-jobs.md", id=p.check_id)
+        for p in problems
+    ]
+    shortest = min((r for r in conf.RETENTION.values() if r is not None), default=None)
+    if schedules and shortest is not None and conf.CRON_CATCHUP_WINDOW >= shortest:
+        messages.append(checks.Warning(
+            f"PGJOBS['CRON_CATCHUP_WINDOW'] ({conf.CRON_CATCHUP_WINDOW:g}s) is not shorter than "
+            f"the shortest RETENTION ({shortest:g}s): a fire time whose job was already pruned "
+            "could be enqueued again after an outage",
+            id="django_pgjobs.W004",
+        ))
+    return messages

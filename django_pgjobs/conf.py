@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "CRON_CATCHUP_WINDOW": 3600.0,
     "RETENTION": {"completed": 7 * 86400.0, "dead": 30 * 86400.0, "cancelled": 7 * 86400.0},
     "CRON": {},
+    "CRON_ENGINE": "builtin",
     "LISTEN": True,
 }
 
@@ -91,8 +92,9 @@ class PgJobsSettings:
     PRUNER_INTERVAL: float = 300.0
     CRON_INTERVAL: float = 1.0
     CRON_CATCHUP_WINDOW: float = 3600.0
-    RETENTION: dict[str, float] = field(default_factory=dict)
+    RETENTION: dict[str, float | None] = field(default_factory=dict)
     CRON: dict[str, dict[str, Any]] = field(default_factory=dict)
+    CRON_ENGINE: str = "builtin"
     LISTEN: bool = True
 
 
@@ -140,11 +142,20 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
                         f"{name} has unknown status {status!r}; finished statuses are "
                         f"{sorted(DEFAULTS['RETENTION'])}.{suggest(str(status), set(DEFAULTS['RETENTION']))}"
                     )
-                retention[status] = None if dur is None else to_seconds(dur, f"{name}[{status!r}]")
+                kept = None if dur is None else to_seconds(dur, f"{name}[{status!r}]")
+                if kept is not None and kept <= 0:
+                    raise SettingsError(f"{name}[{status!r}] must be positive or None (keep "
+                                        f"forever), got {dur!r}")
+                retention[status] = kept
             out[key] = retention
         elif key == "CRON":
             if not isinstance(value, dict):
                 raise SettingsError(f"{name} must be a dict of name -> schedule")
+            out[key] = value
+        elif key == "CRON_ENGINE":
+            # "pg_cron": schedules are installed with sync_cron --pg-cron; runjobs does not tick.
+            if value not in ("builtin", "pg_cron"):
+                raise SettingsError(f"{name} must be 'builtin' or 'pg_cron', got {value!r}")
             out[key] = value
     return PgJobsSettings(**out)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,10 +50,23 @@ def error_entry(attempt: int, exc: BaseException, worker: str | None) -> dict[st
         "attempt": attempt,
         "at": timezone.now().isoformat(),
         "type": f"{cls.__module__}.{cls.__qualname__}",
-        "message": str(exc)[:2000],
-        "traceback": "".join(traceback.format_exception(exc))[-20000:],
+        "message": _storable(lambda: str(exc))[:2000],
+        "traceback": _storable(lambda: "".join(traceback.format_exception(exc)))[-20000:],
         "worker": worker,
     }
+
+
+def _storable(text: Callable[[], str]) -> str:
+    """Text PostgreSQL can store: a NUL byte or a lone surrogate in an error message
+    would make the write of the outcome fail forever (a poison completion)."""
+    try:
+        value = text()
+    except Exception as exc:  # noqa: BLE001 - an exception whose __str__ raises
+        value = f"<unprintable: {type(exc).__name__}>"
+    value = value.replace("\x00", "\\x00")
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def make_context(claimed: sql.Claimed, worker: str | None) -> JobContext:
@@ -125,7 +139,8 @@ class _BadReturn(TypeError):
 
 def _check_return(value: Any, task: str) -> None:
     try:
-        check_json(value, f"the return value of {task}")
+        # A whole float >= 1e16 coming back as an int is no reason to dead-letter a job.
+        check_json(value, f"the return value of {task}", exact_floats=False)
     except TypeError as exc:
         raise _BadReturn(str(exc)) from None
 

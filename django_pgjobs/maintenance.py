@@ -28,10 +28,19 @@ class Service(Protocol):
 
 
 def default_services(*, alias: str, worker: str) -> list[Service]:
-    """The services a worker runs: the reaper (and, when present, pruner and cron ticker)."""
+    """The services a worker runs: the reaper, the pruner and (built-in engine) the cron ticker."""
+    from .conf import get_settings
+    from .cron import CronTicker, load_schedules
+    from .pruner import Pruner
     from .reaper import Reaper
 
     services: list[Service] = [Reaper(alias=alias, worker=worker)]
+    # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
+    services.append(Pruner(alias=alias, time_budget=2.0))
+    if get_settings().CRON_ENGINE == "builtin":
+        schedules = load_schedules()
+        if schedules:
+            services.append(CronTicker(alias=alias, schedules=schedules))
     return services
 
 

@@ -4,7 +4,8 @@ Behaviour: every pass takes stale rows in batches with ``FOR UPDATE SKIP
 LOCKED`` and bumps their lease, so reapers on many hosts split the work and
 never reclaim one row twice, and the lost worker's late writes are fenced.
 Reclaimed jobs go back to ``pending`` (run at once) or to ``dead`` when they had
-no attempts left, with a "worker lost" entry in their error history.
+no attempts left, with a "worker lost" entry in their error history. ``Worker``
+rows not refreshed within ``STALE_AFTER`` are deleted too.
 
 Settings: ``STALE_AFTER`` (default 30 s), ``REAPER_INTERVAL`` (10 s).
 Signal: ``jobs_reaped(jobs=[(id, task, status)], worker=...)``.
@@ -51,6 +52,10 @@ class Reaper:
                 reaped.append((job_id, task, status))
             if len(rows) < self.batch:
                 break
+        # A worker that stopped heartbeating is as lost as its jobs: drop its row so
+        # the admin and jobs_status stop counting it (a live one re-inserts it).
+        with connection.cursor() as cursor:
+            cursor.execute(sql.WORKER_FORGET_STALE, {"older_than": self.stale_after})
         if reaped:
             signals.send(signals.jobs_reaped, jobs=reaped, worker=self.worker)
         counts: dict[str, Any] = {"reaped": len(reaped)}

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connections
 
-from . import outcomes, sql
+from . import outcomes, signals, sql
 from .conf import get_settings
 from .executor import execute
 
@@ -31,6 +31,8 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
              using: str | None = None) -> list[RanJob]:
     """Drain due jobs in this process (no threads), in claim order; return what ran.
 
+    Sends the same signals as a worker (started, then succeeded/failed/dead).
+
     Works inside a ``TestCase`` transaction. A job that fails with attempts left
     is put back with its backoff delay, so it is not run again by the same call
     unless the delay has already passed.
@@ -44,6 +46,8 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
         if not claimed:
             break
         job = claimed[0]
+        signals.send(signals.job_started, job_id=job.id, task=job.task, attempt=job.attempt,
+                     lease=job.lease, worker=worker)
         outcome = execute(job, worker=worker, alias=alias)
         ours = outcomes.write(connection, job, outcome)
         outcomes.report(job, outcome, ours=ours, worker=worker)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import django
 import environ
 
 from tests.dbrig import choose_database_url
@@ -89,3 +90,8 @@ LOGGING = {
 }
 
 TEMP_DIR = tempfile.gettempdir()
+
+if django.VERSION >= (6, 0):
+    # django.tasks on our queue (tests/tasks_backend); its tasks.py is autodiscovered.
+    INSTALLED_APPS.append("tests.tasks_backend")
+    from tests.tasks_backend.config import TASKS  # noqa: F401

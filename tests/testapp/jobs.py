@@ -99,3 +99,188 @@ def spins(seconds: float) -> int:
     while time.monotonic() < end:
         n += 1
     return n
+
+
+# --- worker/reaper tests (test_worker_*.py, test_process.py) -----------------------
+
+
+@job(max_attempts=5, takes_context=True)
+def record_run(context: JobContext, table: str, seconds: float = 0.0) -> int:
+    """Appends (job id, lease, pid) to ``table`` (no unique key: duplicates stay visible)."""
+    if seconds:
+        time.sleep(seconds)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} (job_id, lease, pid) VALUES (%s, %s, %s)",
+                       [context.job_id, context.lease, os.getpid()])
+    return context.job_id
+
+
+@job(max_attempts=1, takes_context=True)
+def wait_for_cancel(context: JobContext, timeout: float) -> bool:
+    """Runs until the worker marks its context cancelled (lease lost) or ``timeout``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if context.is_cancelled():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@job(max_attempts=1)
+def report_transactions() -> dict[str, Any]:
+    """What a running job sees: is a transaction open here or on any other connection?"""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND state LIKE 'idle in transaction%%'")
+        idle_in_tx = cursor.fetchone()[0]
+    return {"in_atomic_block": connection.in_atomic_block, "idle_in_tx": idle_in_tx,
+            "autocommit": connection.get_autocommit()}
+
+
+# ---------------------------------------------------------------------------
+# Jobs of the fault suite (tests/faults). They record each run in the table
+# ``fault_effects`` (created by tests/faults/conftest.py) so tests count
+# executions from the database, and they coordinate with the test through files.
+# ---------------------------------------------------------------------------
+
+import json  # noqa: E402
+import math  # noqa: E402
+import signal as _signal  # noqa: E402
+import sys  # noqa: E402
+
+from django_pgjobs import signals as _pgjobs_signals  # noqa: E402
+
+
+class FaultDiscard(Exception):
+    """Raised by fault jobs that must go straight to dead (discard_on)."""
+
+
+def _fault_effect(context: JobContext, phase: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO fault_effects (job_id, lease, attempt, pid, phase) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            [context.job_id, context.lease, context.attempt, os.getpid(), phase])
+
+
+def _fault_wait_go(directory: str, context: JobContext, timeout: float = 120) -> None:
+    """Block until the test creates ``go-<job id>-<lease>`` in ``directory``."""
+    path = os.path.join(directory, f"go-{context.job_id}-{context.lease}")
+    open(os.path.join(directory, f"waiting-{context.job_id}-{context.lease}"), "w").close()
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _fault_hold(seconds: float, spin: bool) -> None:
+    end = time.monotonic() + seconds
+    if spin:  # CPU-bound pure Python: holds the GIL between switch intervals
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+    else:
+        time.sleep(seconds)
+
+
+@job(max_attempts=5, takes_context=True, discard_on=(FaultDiscard,))
+def fault_step(context: JobContext, dir: str = "", hold: float = 0.0, spin: bool = False,
+               stop_at: str = "", wait_go: bool = False, mode: str = "ok") -> int:
+    """A job with a probe at every boundary.
+
+    ``stop_at="claimed"`` SIGSTOPs the whole worker before the handler does
+    anything; ``stop_at="end"`` after the handler's effects, before it returns
+    (so before its completion is flushed). ``mode`` picks the outcome ("ok",
+    "raise" or "discard"). Stops and failures happen on the first attempt only.
+    """
+    first = context.attempt == 1
+    if stop_at == "claimed" and first:
+        os.kill(os.getpid(), _signal.SIGSTOP)
+    _fault_effect(context, "start")
+    if wait_go:
+        _fault_wait_go(dir, context)
+    if hold:
+        _fault_hold(hold, spin)
+    _fault_effect(context, "end")
+    if stop_at == "end" and first:
+        os.kill(os.getpid(), _signal.SIGSTOP)
+    if mode == "raise" and first:
+        raise ValueError(f"fault_step failed on attempt {context.attempt}")
+    if mode == "discard" and first:
+        raise FaultDiscard("fault_step discarded")
+    return context.lease
+
+
+@job(max_attempts=5, atomic=True, takes_context=True)
+def fault_atomic(context: JobContext, dir: str = "", stop_at: str = "",
+                 wait_go: bool = False) -> int:
+    """Atomic: its effect row commits with the completion, or not at all."""
+    _fault_effect(context, "end")
+    if wait_go:
+        _fault_wait_go(dir, context)
+    if stop_at == "end" and context.attempt == 1:
+        os.kill(os.getpid(), _signal.SIGSTOP)
+    return context.lease
+
+
+@job(takes_context=True)
+def fault_count(context: JobContext) -> None:
+    """The contention job: record one execution and return."""
+    _fault_effect(context, "end")
+
+
+class FaultUnprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be printed")
+
+
+@job(max_attempts=2)
+def fault_poison(kind: str) -> Any:
+    """Every way a handler can misbehave."""
+    if kind == "unprintable":
+        raise FaultUnprintable
+    if kind == "raise":
+        raise ValueError("poison raised")
+    if kind == "exit":
+        sys.exit(3)
+    if kind == "kbint":
+        raise KeyboardInterrupt
+    if kind == "set":
+        return {1, 2}
+    if kind == "nan":
+        return math.nan
+    if kind == "nul_error":
+        raise ValueError("bad \x00 byte")
+    if kind == "nul_return":
+        return "a\x00b"
+    if kind == "surrogate_return":
+        return "\ud800"
+    return "ok"
+
+
+def _fault_signal_log(signal: Any, **kwargs: Any) -> None:
+    path = os.environ.get("PGJOBS_FAULT_SIGNAL_LOG")
+    if path:
+        names = {id(v): k for k, v in vars(_pgjobs_signals).items()}
+        record = {"signal": names.get(id(signal), "?"), "pid": os.getpid(),
+                  **{k: v for k, v in kwargs.items() if isinstance(v, int | str | None)}}
+        with open(path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+
+def _fault_raising_receiver(**kwargs: Any) -> None:
+    raise RuntimeError("a receiver that raises")
+
+
+if os.environ.get("PGJOBS_FAULT_SIGNAL_LOG"):
+    for _sig in (_pgjobs_signals.job_fenced, _pgjobs_signals.jobs_reaped):
+        _sig.connect(_fault_signal_log, weak=False)
+if os.environ.get("PGJOBS_FAULT_RAISING_RECEIVERS"):
+    for _sig in (_pgjobs_signals.job_started, _pgjobs_signals.job_succeeded,
+                 _pgjobs_signals.job_failed, _pgjobs_signals.job_dead,
+                 _pgjobs_signals.job_fenced, _pgjobs_signals.jobs_reaped):
+        _sig.connect(_fault_raising_receiver, weak=False)
+
+
+@job
+def fault_anything(*args: Any, **kwargs: Any) -> None:
+    """Accepts any arguments: the bad-input property test enqueues generated values."""

@@ -1,0 +1,1 @@
+"""Throwaway Django project for the django_pgjobs benchmark adapter."""

@@ -1,0 +1,30 @@
+"""Minimal settings: one database (``$BENCH_DB`` on the harness's server), our app,
+and the app holding the benchmark's no-op job. Logging at WARNING, like the peers."""
+
+import os
+
+SECRET_KEY = "bench"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["django_pgjobs", "dj_pgjobs"]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("BENCH_DB", "bench_django_pgjobs"),
+        "USER": os.environ.get("BENCH_PGUSER", "postgres"),
+        "HOST": os.environ.get("BENCH_PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("BENCH_PGPORT", "5432"),
+        "CONN_MAX_AGE": None,
+    }
+}
+PGJOBS = {
+    "POLL_INTERVAL": float(os.environ.get("BENCH_PGJOBS_POLL", "1.0")),
+    "LISTEN": os.environ.get("BENCH_PGJOBS_LISTEN", "1") == "1",
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

@@ -1,0 +1,114 @@
+"""django_pgjobs adapter: drives only the public API and ``manage.py runjobs``.
+
+# bench-venv: pgjobs  python=python3.11  pip=-e ${PGJOBS_SRC} psycopg[binary]
+
+(``bench/run`` in the django-pgjobs repository provides ``.venv/pgjobs``: the
+project installed in editable mode; ``setup_venvs.sh`` cannot expand the source
+path above, so run this adapter through ``bench/run``.)
+
+Settings: peers/dj_pgjobs/settings.py (PostgreSQL, psycopg 3, CONN_MAX_AGE=None,
+logging at WARNING). Job: peers/dj_pgjobs/jobs.py (``@job def noop(ts=None)``).
+Enqueue: ``noop.enqueue_many([()] * n)`` (COPY in batches, one transaction);
+single: ``noop.enqueue(ts)`` in autocommit. Worker: 2 processes of
+``python -m django runjobs --concurrency C --batch B`` (threads run jobs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import version as _pkg_version
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+
+WORKERS = int(os.environ.get("BENCH_PGJOBS_WORKERS", "2"))
+CONCURRENCY = int(os.environ.get("BENCH_PGJOBS_CONCURRENCY", "200"))
+BATCH = int(os.environ.get("BENCH_PGJOBS_BATCH", "100"))
+LISTEN = os.environ.get("BENCH_PGJOBS_LISTEN", "1") == "1"
+POLL = float(os.environ.get("BENCH_PGJOBS_POLL", "1.0"))
+EXTRA = os.environ.get("BENCH_PGJOBS_EXTRA", "").split()
+
+
+class Adapter(benchlib.Adapter):
+    name = "django_pgjobs"
+    enqueue_api = "noop.enqueue_many([()] * n) (COPY, 5,000 rows per batch, one transaction)"
+    enqueue_one_api = "noop.enqueue(ts) in autocommit (one INSERT ... RETURNING + NOTIFY)"
+
+    def __init__(self, db: str):
+        super().__init__(db)
+        os.environ["BENCH_DB"] = db
+        os.environ["DJANGO_SETTINGS_MODULE"] = "dj_pgjobs.settings"
+        import django
+
+        django.setup()
+        from dj_pgjobs.jobs import noop
+
+        self.noop = noop
+
+    def version(self) -> str:
+        import django_pgjobs
+
+        return f"{django_pgjobs.__version__} (Django {_pkg_version('django')})"
+
+    def settings(self) -> dict:
+        return {
+            "worker": "manage.py runjobs (own command)",
+            "processes": WORKERS,
+            "concurrency": CONCURRENCY,
+            "batch": BATCH,
+            "listen_notify": LISTEN,
+            "poll_interval_s": POLL,
+            "extra_args": EXTRA,
+            "conn_max_age": None,
+            "task": "sync def no-op (@job)",
+            "driver": f"psycopg {_pkg_version('psycopg')}",
+        }
+
+    def setup(self) -> None:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+    def close(self) -> None:
+        from django.db import connections
+
+        connections.close_all()
+
+    def enqueue_bulk(self, n: int) -> None:
+        self.noop.enqueue_many([()] * n)
+
+    def enqueue_one(self, ts: float | None) -> None:
+        self.noop.enqueue(ts)
+
+    def worker_env(self) -> dict[str, str]:
+        return {"BENCH_PGJOBS_LISTEN": "1" if LISTEN else "0", "BENCH_PGJOBS_POLL": str(POLL)}
+
+    def worker_commands(self) -> list[list[str]]:
+        argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
+                f"--concurrency={CONCURRENCY}", f"--batch={BATCH}", "--verbosity=0", *EXTRA]
+        if not LISTEN:
+            argv.append("--no-listen")
+        return [list(argv) for _ in range(WORKERS)]
+
+    def count_done(self, cur) -> int:
+        cur.execute("SELECT count(*) FROM django_pgjobs_job WHERE status = 'completed'")
+        return cur.fetchone()[0]
+
+    def finish_window(self, cur):
+        cur.execute(
+            "SELECT extract(epoch FROM min(finished_at))::float8,"
+            " extract(epoch FROM max(finished_at))::float8"
+            " FROM django_pgjobs_job WHERE status = 'completed'"
+        )
+        return cur.fetchone()
+
+    def count_queued(self, cur) -> int:
+        cur.execute("SELECT count(*) FROM django_pgjobs_job")
+        return cur.fetchone()[0]
+
+
+if __name__ == "__main__":
+    benchlib.main(Adapter)

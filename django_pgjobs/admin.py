@@ -1,0 +1,526 @@
+"""The admin: find stuck and dead-lettered jobs, retry or cancel them, read the overview.
+
+Rules this module keeps, so the admin stays safe and quick on millions of rows:
+
+* **No hand edits.** Jobs cannot be added, edited or deleted here; the detail page
+  is read-only. Every state change goes through the lease-fenced statements of
+  ``sql.py`` (the ones the worker and reaper use) — never ``obj.save()`` — so an
+  admin retry or cancel fences a worker still running the job.
+* **No full counts.** The list counts at most ``COUNT_CAP`` matching rows (and
+  shows PostgreSQL's row estimate for the whole table), facets are off, and the
+  queue/task filter choices come from the registry plus a loose index scan of the
+  pending rows, never from ``SELECT DISTINCT`` over the history.
+* **Indexed filters.** Status filters use ``(status, -id)``, "stuck" the partial
+  running index, "due" the partial claim index; ordering is always ``-id``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from . import overview as overview_queries
+from . import registry, sql
+from .conf import get_settings
+from .models import Job, JobResult, Worker
+from .reaper import Reaper
+from .states import JobStatus
+
+#: The list counts at most this many matching rows ("more than 10,000 jobs").
+COUNT_CAP = 10_000
+#: An action on "all matching jobs" touches at most this many rows per click.
+ACTION_LIMIT = 10_000
+#: Rows per admin action statement (each statement locks its rows in id order).
+ACTION_CHUNK = 1_000
+
+
+def _alias() -> str:
+    return get_settings().DATABASE
+
+
+def _age(since: datetime | None, now: datetime | None = None) -> timedelta | None:
+    if since is None:
+        return None
+    return (now or timezone.now()) - since
+
+
+def format_age(age: timedelta | None) -> str:
+    """``42s``, ``7m 03s``, ``3h 12m``, ``2d 4h`` — short enough for a table cell."""
+    if age is None:
+        return "—"
+    seconds = max(int(age.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+def _pretty(value: Any) -> str:
+    return format_html("<pre class=\"pgjobs-json\">{}</pre>",
+                       json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+# ---------------------------------------------------------------------------
+# Pagination without COUNT(*) over the table
+# ---------------------------------------------------------------------------
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most ``COUNT_CAP + 1`` rows: ``SELECT count(*) FROM (... LIMIT n)``.
+
+    The page query itself is ``ORDER BY id DESC LIMIT/OFFSET`` on an index, so the
+    list costs the same on a thousand or a hundred million rows. ``capped`` tells
+    the template to say "more than 10,000".
+    """
+
+    @cached_property
+    def _bounded_count(self) -> int:
+        return int(self.object_list[: COUNT_CAP + 1].count())  # type: ignore[attr-defined]
+
+    @cached_property
+    def count(self) -> int:
+        return min(self._bounded_count, COUNT_CAP)
+
+    @property
+    def capped(self) -> bool:
+        return self._bounded_count > COUNT_CAP
+
+
+# ---------------------------------------------------------------------------
+# Filters
+# ---------------------------------------------------------------------------
+
+
+class AttentionFilter(admin.SimpleListFilter):
+    """The three views an on-call engineer starts from."""
+
+    title = "needs attention"
+    parameter_name = "attention"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("stuck", "Stuck (running, heartbeat stale)"),
+            ("dead", "Dead-lettered"),
+            ("due", "Due (pending, run_at passed)"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job] | None:
+        value = self.value()
+        if value == "stuck":
+            return queryset.filter(
+                status=JobStatus.RUNNING,
+                heartbeat_at__lt=timezone.now() - timedelta(seconds=get_settings().STALE_AFTER),
+            )
+        if value == "dead":
+            return queryset.filter(status=JobStatus.DEAD)
+        if value == "due":
+            return queryset.filter(status=JobStatus.PENDING, run_at__lte=timezone.now())
+        return queryset
+
+
+class _ExactValueFilter(admin.SimpleListFilter):
+    """A filter on one column whose choices come from a cheap source, not the table."""
+
+    field: str = ""
+
+    def choices_from(self, request: HttpRequest) -> Iterable[str]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        values = set(self.choices_from(request))
+        current = self.value()
+        if current:
+            values.add(current)  # a value typed into the URL stays selectable
+        return [(v, v) for v in sorted(values)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job] | None:
+        value = self.value()
+        return queryset.filter(**{self.field: value}) if value else queryset
+
+
+class QueueFilter(_ExactValueFilter):
+    """Queues of registered jobs plus queues with pending or running rows (indexed)."""
+
+    title = "queue"
+    parameter_name = "queue"
+    field = "queue"
+
+    def choices_from(self, request: HttpRequest) -> Iterable[str]:
+        from_registry = {d.queue for d in registry.all_definitions()}
+        return from_registry | set(overview_queries.active_queues(connections[_alias()]))
+
+
+class TaskFilter(_ExactValueFilter):
+    """Task names from the registry (no query at all)."""
+
+    title = "task"
+    parameter_name = "task"
+    field = "task"
+
+    def choices_from(self, request: HttpRequest) -> Iterable[str]:
+        return {d.name for d in registry.all_definitions()}
+
+
+# ---------------------------------------------------------------------------
+# Job admin
+# ---------------------------------------------------------------------------
+
+STATUS_LABELS: dict[str, str] = {
+    JobStatus.PENDING: "pending",
+    JobStatus.RUNNING: "running",
+    JobStatus.COMPLETED: "completed",
+    JobStatus.DEAD: "dead",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+def _is_stuck(job: Job, now: datetime | None = None) -> bool:
+    if job.status != JobStatus.RUNNING or job.heartbeat_at is None:
+        return False
+    age = _age(job.heartbeat_at, now)
+    return age is not None and age.total_seconds() > get_settings().STALE_AFTER
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ("id", "task", "queue", "status_badge", "attempts_display", "run_at_short",
+                    "heartbeat_age", "worker", "last_error_line")
+    list_display_links = ("id",)
+    list_filter = (AttentionFilter, "status", QueueFilter, TaskFilter)
+    search_fields = ("id", "task", "idempotency_key")
+    search_help_text = "A job id, an exact task name, or an exact idempotency key."
+    sortable_by = ()
+    ordering = ("-id",)
+    list_per_page = 100
+    list_max_show_all = 500
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = CappedCountPaginator
+    actions = ("retry_now", "cancel_jobs")
+    change_list_template = "admin/django_pgjobs/job/change_list.html"
+    change_form_template = "admin/django_pgjobs/job/change_form.html"
+
+    fieldsets = (
+        (None, {"fields": ("id", "task", "queue", "priority", "status_badge",
+                           "idempotency_key")}),
+        ("Arguments", {"fields": ("args_pretty", "kwargs_pretty")}),
+        ("Result", {"fields": ("result_pretty",)}),
+        ("Errors", {"fields": ("last_error_full", "error_history")}),
+        ("Lease and worker", {"fields": ("attempts_display", "lease", "worker",
+                                         "heartbeat_at", "heartbeat_age")}),
+        ("Timings", {"fields": ("created_at", "run_at", "started_at", "finished_at",
+                                "waited", "ran_for")}),
+    )
+    readonly_fields = ("id", "task", "queue", "priority", "status_badge", "idempotency_key",
+                       "args_pretty", "kwargs_pretty", "result_pretty", "last_error_full",
+                       "error_history", "attempts_display", "lease", "worker", "heartbeat_at",
+                       "heartbeat_age", "created_at", "run_at", "started_at", "finished_at",
+                       "waited", "ran_for")
+
+    # -- permissions: view, and run actions with "change"; never add/edit/delete by hand
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # "change" on the model (obj=None) gates the actions; a job's fields are
+        # never editable, so the detail page is always the read-only view.
+        return obj is None and super().has_change_permission(request)
+
+    # "delete_selected" needs the delete permission, which nobody has here.
+
+    # -- search: indexed lookups only
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """A number finds the job by id; anything else an idempotency key or a task, exactly.
+
+        Never ``task = x OR key = x``: ``task`` has no index, so the OR would scan the
+        table. The key is probed first on its unique index; only when no job has
+        that key is the term taken as a task name (read newest first by id).
+        """
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        number = term.lstrip("#")
+        if number.isdigit() and len(number) < 19:
+            return queryset.filter(Q(id=int(number)) | Q(idempotency_key=term)), False
+        if Job.objects.using(queryset.db).filter(idempotency_key=term).exists():
+            return queryset.filter(idempotency_key=term), False
+        return queryset.filter(task=term), False
+
+    # -- list columns
+
+    @admin.display(description="status")
+    def status_badge(self, obj: Job) -> str:
+        stuck = _is_stuck(obj)
+        css = "stuck" if stuck else obj.status
+        label = "running · stuck" if stuck else STATUS_LABELS.get(obj.status, obj.status)
+        return format_html('<span class="pgjobs-status pgjobs-{}">{}</span>', css, label)
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj: Job) -> str:
+        return f"{obj.attempts} / {obj.max_attempts}"
+
+    @admin.display(description="run at")
+    def run_at_short(self, obj: Job) -> str:
+        local = timezone.localtime(obj.run_at)
+        return local.strftime("%Y-%m-%d %H:%M:%S")
+
+    @admin.display(description="heartbeat age")
+    def heartbeat_age(self, obj: Job) -> str:
+        if obj.status != JobStatus.RUNNING:
+            return "—"
+        text = format_age(_age(obj.heartbeat_at))
+        if _is_stuck(obj):
+            return format_html('<span class="pgjobs-stale">{}</span>', text)
+        return text
+
+    @admin.display(description="last error")
+    def last_error_line(self, obj: Job) -> str:
+        if not obj.last_error:
+            return ""
+        first = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
+        return first[:160] + ("…" if len(first) > 160 else "")
+
+    # -- detail fields
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: Job) -> str:
+        return _pretty(obj.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_pretty(self, obj: Job) -> str:
+        return _pretty(obj.kwargs)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> str:
+        row = JobResult.objects.using(_alias()).filter(job_id=obj.id).first()
+        if row is None:
+            return "no stored result" if obj.status == JobStatus.COMPLETED else "—"
+        return _pretty(row.value)
+
+    @admin.display(description="last error")
+    def last_error_full(self, obj: Job) -> str:
+        return format_html("<pre>{}</pre>", obj.last_error) if obj.last_error else "—"
+
+    @admin.display(description="error history")
+    def error_history(self, obj: Job) -> str:
+        errors = obj.errors if isinstance(obj.errors, list) else []
+        if not errors:
+            return "no failed attempts"
+        return format_html_join(
+            "", '<div class="pgjobs-error"><p><strong>attempt {}</strong> at {} on {}: '
+            "<code>{}</code>: {}</p><pre>{}</pre></div>",
+            (
+                (e.get("attempt", "?"), e.get("at", "?"), e.get("worker") or "?",
+                 e.get("type", "Error"), e.get("message", ""),
+                 e.get("traceback") or "(no traceback: recorded by the reaper or an admin)")
+                for e in reversed(errors) if isinstance(e, dict)
+            ),
+        )
+
+    @admin.display(description="waited in queue")
+    def waited(self, obj: Job) -> str:
+        if obj.started_at is None:
+            return "—"
+        return format_age(obj.started_at - max(obj.run_at, obj.created_at))
+
+    @admin.display(description="ran for")
+    def ran_for(self, obj: Job) -> str:
+        if obj.started_at is None:
+            return "—"
+        end = obj.finished_at or (timezone.now() if obj.status == JobStatus.RUNNING else None)
+        return format_age(end - obj.started_at) if end else "—"
+
+    # -- actions: lease-fenced statements of sql.py, never obj.save()
+
+    def _selected_ids(self, request: HttpRequest, queryset: QuerySet[Job]) -> list[int]:
+        """The ids the operator ticked (or all matching rows, newest first, up to a limit).
+
+        Ticked ids are taken from the form, not from the filtered queryset: a job
+        that left the filter since the page was drawn must be reported as skipped,
+        not silently dropped. The statement re-checks every row's state anyway.
+        """
+        if request.POST.get("select_across") not in ("1", "on", "true", "True"):
+            raw = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+            ticked = sorted({int(v) for v in raw if v.isdigit()}, reverse=True)
+            return ticked[:ACTION_LIMIT]
+        ids = list(queryset.order_by("-id").values_list("id", flat=True)[: ACTION_LIMIT + 1])
+        if len(ids) > ACTION_LIMIT:
+            self.message_user(request, f"Only the newest {ACTION_LIMIT:,} matching jobs were "
+                              "processed; run the action again for the rest.", messages.WARNING)
+            ids = ids[:ACTION_LIMIT]
+        return ids
+
+    def _apply(self, request: HttpRequest, queryset: QuerySet[Job], verb: str,
+               statement: Callable[[Any, list[int]], set[int]]) -> None:
+        ids = self._selected_ids(request, queryset)
+        connection = connections[queryset.db]
+        changed: set[int] = set()
+        for start in range(0, len(ids), ACTION_CHUNK):
+            changed |= statement(connection, ids[start : start + ACTION_CHUNK])
+        skipped = [i for i in ids if i not in changed]
+        text = f"{verb} {len(changed)} job{'s' if len(changed) != 1 else ''}"
+        if skipped:
+            moved = Job.objects.using(queryset.db).filter(id__in=skipped[:20]).values_list(
+                "id", "status")
+            detail = ", ".join(f"#{i} is {s}" for i, s in sorted(moved, reverse=True))
+            more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+            text += (f"; skipped {len(skipped)} whose state had moved on ({detail}{more})")
+        level = messages.SUCCESS if changed and not skipped else messages.WARNING
+        self.message_user(request, text + ".", level)
+
+    @admin.action(description="Retry now (dead, cancelled or stuck → pending)",
+                  permissions=["change"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        stale_after = get_settings().STALE_AFTER
+        self._apply(request, queryset, "Retried",
+                    lambda c, ids: sql.retry_now(c, ids, stale_after=stale_after))
+
+    @admin.action(description="Cancel (pending or running → cancelled)", permissions=["change"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(request, queryset, "Cancelled", sql.cancel)
+
+    # -- extra pages: overview, reap
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path("overview/", self.admin_site.admin_view(self.overview_view),
+                 name="{}_{}_overview".format(*info)),
+            path("reap/", self.admin_site.admin_view(self.reap_view),
+                 name="{}_{}_reap".format(*info)),
+            *super().get_urls(),
+        ]
+
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
+        """Counts per queue and status, lag, stuck, throughput, workers, table health."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        conf = get_settings()
+        data = overview_queries.overview(connections[_alias()], stale_after=conf.STALE_AFTER)
+        finished = overview_queries.FINISHED_STATUSES
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Job queue overview",
+            "opts": self.opts,
+            "ov": data,
+            "finished_statuses": [s.value for s in finished],
+            "queue_rows": [
+                {"q": q, "lag": format_age(q.lag) if q.due else "—",
+                 "finished": [q.finished.get(s, 0) for s in finished]}
+                for q in data.queues
+            ],
+            "workers": [
+                {"w": w, "age": format_age(w.last_seen_age),
+                 "live": w.is_live(conf.STALE_AFTER),
+                 "up": format_age(data.now - w.started_at)}
+                for w in data.workers
+            ],
+            "health": data.health,
+            "last_autovacuum_age": format_age(_age(data.health.last_autovacuum, data.now)),
+            "dead_ratio_pct": round(data.health.dead_ratio * 100, 1),
+            "status_estimates": sorted(data.health.status_estimates.items()),
+            "stale_after": conf.STALE_AFTER,
+            "window_minutes": int(overview_queries.RECENT_WINDOW.total_seconds() // 60),
+            "per_second_5m": round(data.completed_5m / 300, 2),
+            "per_second_60m": round(data.completed_60m / 3600, 2),
+            "can_change": self.has_change_permission(request),
+        }
+        return TemplateResponse(request, "admin/django_pgjobs/job/overview.html", context)
+
+    def reap_view(self, request: HttpRequest) -> HttpResponse:
+        """POST: reclaim every stuck job now (the reaper's fenced statement)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        conf = get_settings()
+        before = Job.objects.db_manager(_alias()).stuck(conf.STALE_AFTER).count()  # running index
+        counts = Reaper(alias=_alias(), stale_after=conf.STALE_AFTER).run_once()
+        reaped = counts["reaped"]
+        text = (f"Reaped {reaped} stuck job{'s' if reaped != 1 else ''}: "
+                f"{counts.get(JobStatus.PENDING, 0)} back to pending, "
+                f"{counts.get(JobStatus.DEAD, 0)} dead-lettered (no attempts left)")
+        skipped = max(before - reaped, 0)
+        if skipped:
+            text += f"; skipped {skipped} that finished, heartbeated or were taken meanwhile"
+        self.message_user(request, text + ".", messages.SUCCESS if reaped else messages.INFO)
+        target = request.POST.get("next", "")
+        if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+            target = reverse("admin:django_pgjobs_job_changelist")
+        return HttpResponseRedirect(target)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        extra = {
+            "table_estimate": overview_queries.estimated_rows(connections[_alias()]),
+            "can_change": self.has_change_permission(request),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra)
+
+
+
+# ---------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    """Live ``runjobs`` processes; rows are written by the workers themselves."""
+
+    list_display = ("id", "host", "pid", "queues_display", "concurrency", "started_at",
+                    "last_seen", "last_seen_age", "live")
+    readonly_fields = ("id", "host", "pid", "queues", "concurrency", "started_at", "last_seen")
+    show_facets = admin.ShowFacets.NEVER
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="queues")
+    def queues_display(self, obj: Worker) -> str:
+        return ", ".join(obj.queues) if obj.queues else "all"
+
+    @admin.display(description="last seen")
+    def last_seen_age(self, obj: Worker) -> str:
+        return format_age(_age(obj.last_seen)) + " ago"
+
+    @admin.display(description="live", boolean=True)
+    def live(self, obj: Worker) -> bool:
+        age = _age(obj.last_seen)
+        return age is not None and age.total_seconds() <= get_settings().STALE_AFTER

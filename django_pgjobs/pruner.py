@@ -1,0 +1,99 @@
+"""The pruner: delete finished jobs older than their retention, in small batches.
+
+Behaviour: for each finished status with a retention (``PGJOBS["RETENTION"]``,
+seconds per status; ``None`` keeps that status forever) it deletes the oldest
+rows in batches of ``batch`` (default 1000). Every batch is one short statement
+in its own transaction taken with ``FOR UPDATE SKIP LOCKED``, so pruners on many
+hosts share the work, never wait on each other or on an admin action, and no
+lock is held for longer than one batch. Results go with their job, except
+results whose idempotency key must keep protecting against a re-run (see
+``sql.JOB_PRUNE_BATCH``).
+
+Inside ``runjobs`` a pass stops after ``time_budget`` seconds (the maintenance
+thread also runs the reaper and the cron ticker) and resumes at the next
+``PRUNER_INTERVAL``; ``manage.py prune_jobs`` runs to the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections
+
+from . import sql
+from .conf import get_settings
+from .states import TERMINAL
+
+logger = logging.getLogger("django_pgjobs")
+
+FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
+
+
+class Pruner:
+    name = "pruner"
+
+    def __init__(self, *, alias: str | None = None, retention: dict[str, float | None] | None = None,
+                 batch: int = 1000, time_budget: float | None = None, pause: float = 0.0):
+        conf = get_settings()
+        self.alias = alias or conf.DATABASE
+        self.retention: dict[str, float | None] = dict(
+            conf.RETENTION if retention is None else retention)
+        for status in self.retention:
+            if status not in TERMINAL:
+                raise ValueError(f"retention names {status!r}, which is not a finished status "
+                                 f"({', '.join(FINISHED)})")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.batch = batch
+        self.time_budget = time_budget
+        self.pause = pause
+        self.interval = conf.PRUNER_INTERVAL
+
+    def plan(self, statuses: Iterable[str] | None = None) -> list[tuple[str, float]]:
+        """``(status, older_than seconds)`` for each status that has a retention."""
+        wanted = FINISHED if statuses is None else tuple(statuses)
+        return [(s, r) for s in wanted if (r := self.retention.get(s)) is not None]
+
+    def count(self, statuses: Iterable[str] | None = None) -> dict[str, int]:
+        """How many rows a pass would delete now, per status (for ``--dry-run``)."""
+        out: dict[str, int] = {}
+        with connections[self.alias].cursor() as cursor:
+            for status, older_than in self.plan(statuses):
+                cursor.execute(sql.JOB_PRUNE_COUNT, {"status": status, "older_than": older_than})
+                out[status] = int(cursor.fetchone()[0])  # type: ignore[index]
+        return out
+
+    def run_once(self, statuses: Iterable[str] | None = None) -> dict[str, Any]:
+        """Delete due rows batch by batch; returns counts per status and batch sizes."""
+        started = time.monotonic()
+        deleted: dict[str, int] = {}
+        batches: list[int] = []
+        complete = True
+        connection = connections[self.alias]
+        for status, older_than in self.plan(statuses):
+            deleted[status] = 0
+            while True:
+                if self.time_budget is not None and time.monotonic() - started > self.time_budget:
+                    complete = False
+                    break
+                with connection.cursor() as cursor:
+                    cursor.execute(sql.JOB_PRUNE_BATCH, {
+                        "status": status, "older_than": older_than, "batch": self.batch})
+                    n = int(cursor.fetchone()[0])  # type: ignore[index]
+                if n:
+                    batches.append(n)
+                    deleted[status] += n
+                if n < self.batch:
+                    break
+                if self.pause:
+                    time.sleep(self.pause)
+            if not complete:
+                break
+        total = sum(deleted.values())
+        if total:
+            logger.info("pruned %d finished job(s) in %d batch(es): %s%s", total, len(batches),
+                        deleted, "" if complete else " (time budget reached; continuing next pass)")
+        return {"deleted": total, "by_status": deleted, "batches": batches, "complete": complete}

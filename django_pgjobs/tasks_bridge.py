@@ -1,0 +1,411 @@
+"""The bridge between ``django.tasks`` and the jobs table (Django >= 6.0 only).
+
+Three jobs, kept together because they share one vocabulary:
+
+* ``PgJobsTask``: the backend's ``task_class``, a ``django.tasks.Task`` that also
+  carries pgjobs options (``max_attempts``, ``atomic``, ``retry_on``, ...);
+* registration: every task the backend validates becomes a ``TaskDefinition`` in
+  our registry, so workers run it like any ``@job`` and never import by path;
+* translation: a ``Job`` row becomes a ``TaskResult`` (statuses, attempts,
+  errors, timestamps), and the worker-side runner sends Django's signals.
+
+Only ``tasks_backend.py`` and the worker (through the registry) use this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import logging
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.dispatch import Signal
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask
+from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
+from django.utils.json import normalize_json
+
+from . import registry
+from .conf import get_settings
+from .decorators import JobDefinition
+from .states import JobStatus
+
+if TYPE_CHECKING:
+    from .context import JobContext
+    from .models import Job
+
+logger = logging.getLogger("django_pgjobs")
+
+#: Registry-name prefix for a task whose module path is taken by a ``@job(name=...)``.
+PREFIX = "django.tasks:"
+#: Longest module path a task may have (the ``task`` column holds 255 characters).
+MAX_NAME = 255 - len(PREFIX)
+
+STATUS_MAP: dict[str, TaskResultStatus] = {
+    JobStatus.PENDING: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    JobStatus.DEAD: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+#: Attribute set on an exception that must not be retried (a bad return value:
+#: the function ran and its side effects happened; running it again cannot fix a type).
+_NO_RETRY = "_pgjobs_no_retry"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PgJobsTask(Task):  # type: ignore[type-arg]
+    """A ``django.tasks.Task`` with pgjobs options.
+
+    On Django 6.1 ``@task(max_attempts=3, atomic=True, ...)`` passes these through;
+    on 6.0 and 6.1 ``task.using(max_attempts=..., idempotency_key=...)`` sets the
+    per-call ones. ``run_after`` may also be a ``timedelta`` (relative to enqueue).
+    """
+
+    max_attempts: int | None = None
+    atomic: bool = False
+    retry_on: tuple[type[BaseException], ...] = ()
+    discard_on: tuple[type[BaseException], ...] = ()
+    idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        # A single exception class is accepted where a tuple is expected.
+        for name in ("retry_on", "discard_on"):
+            value = getattr(self, name)
+            if isinstance(value, type):
+                object.__setattr__(self, name, (value,))
+            elif isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        Task.__post_init__(self)
+
+    def using(  # type: ignore[override]
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | timedelta | None = None,
+        backend: str | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> PgJobsTask:
+        """Django's ``using()`` plus the per-call pgjobs options."""
+        changes: dict[str, Any] = {
+            "priority": priority, "queue_name": queue_name, "run_after": run_after,
+            "backend": backend, "max_attempts": max_attempts,
+            "idempotency_key": idempotency_key,
+        }
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def clone(task: Task, **changes: Any) -> Task:  # type: ignore[type-arg]
+    """A copy of ``task`` with ``changes``, *without* re-validating it.
+
+    For rebuilding a historical record (the settings may have changed since the
+    job was enqueued) and for validating the rest of a task apart from a field.
+    Fields the task's class does not have are ignored.
+    """
+    names = {f.name for f in dataclasses.fields(task)}
+    copy = object.__new__(type(task))
+    for name in names:
+        object.__setattr__(copy, name, changes[name] if name in changes else getattr(task, name))
+    return copy
+
+
+# ---------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDefinition(JobDefinition):
+    """A ``JobDefinition`` whose function is a ``django.tasks`` task (in ``extra["task"]``)."""
+
+    def should_retry(self, exc: BaseException) -> bool:
+        if getattr(exc, _NO_RETRY, False):
+            return False
+        return super().should_retry(exc)
+
+    @property
+    def task(self) -> Task:  # type: ignore[type-arg]
+        return self.extra["task"]  # type: ignore[no-any-return]
+
+
+class TaskRunner:
+    """What the worker calls for a task: ``runner(job_context, *args, **kwargs)``.
+
+    Its signature is the task function's (minus ``context``) behind a leading
+    ``job_context``, so enqueue checks the arguments against the real function.
+    """
+
+    def __init__(self, name: str, func: Callable[..., Any], takes_context: bool):
+        self.name = name
+        self.__module__ = func.__module__
+        self.__qualname__ = func.__qualname__
+        self.__name__ = func.__name__
+        params = list(inspect.signature(func).parameters.values())
+        if takes_context and params:
+            params = params[1:]
+        job_context = inspect.Parameter("job_context", inspect.Parameter.POSITIONAL_ONLY)
+        self.__signature__ = inspect.Signature([job_context, *params])
+
+    def __call__(self, job: JobContext, *args: Any, **kwargs: Any) -> Any:
+        definition = registry.get(self.name)
+        assert isinstance(definition, TaskDefinition)
+        return run(definition, job, list(args), dict(kwargs))
+
+    def __repr__(self) -> str:
+        return f"<django.tasks task {self.name}>"
+
+
+def register(task: Task) -> TaskDefinition:  # type: ignore[type-arg]
+    """Register ``task``'s function (once per function) and return its definition."""
+    path = task.module_path
+    name = path
+    existing = registry.find(name)
+    if existing is not None and not isinstance(existing, TaskDefinition):
+        name = PREFIX + path  # a @job(name=...) owns the plain path
+        existing = registry.find(name)
+    if isinstance(existing, TaskDefinition) and existing.task.func is task.func:
+        return existing
+    definition = TaskDefinition(
+        name=name,
+        func=TaskRunner(name, task.func, task.takes_context),
+        queue=task.queue_name,
+        priority=int(task.priority),
+        max_attempts=getattr(task, "max_attempts", None),
+        atomic=bool(getattr(task, "atomic", False)),
+        takes_context=True,  # the runner always receives the JobContext
+        retry_on=tuple(getattr(task, "retry_on", ())),
+        discard_on=tuple(getattr(task, "discard_on", ())),
+        extra={"task": clone(task, run_after=None, idempotency_key=None)},
+    )
+    registry.register(definition)
+    return definition
+
+
+def task_for_name(name: str) -> Task | None:  # type: ignore[type-arg]
+    """The registered task behind a job's ``task`` column, or None for a ``@job``.
+
+    Reading a result may import the task's module (as other backends do) when
+    this process has not imported it yet; *running* never does (see the registry).
+    """
+    definition = registry.find(name)
+    if isinstance(definition, TaskDefinition):
+        return definition.task
+    if definition is not None and not name.startswith(PREFIX):
+        return None  # a @job
+    from django.utils.module_loading import import_string
+
+    try:
+        found = import_string(name.removeprefix(PREFIX))
+    except ImportError:
+        return None
+    if not isinstance(found, Task):
+        return None
+    definition = registry.find(name)
+    return definition.task if isinstance(definition, TaskDefinition) else None
+
+
+# ---------------------------------------------------------------------------
+# Values: arguments in, return values out
+# ---------------------------------------------------------------------------
+
+
+def to_json(value: Any, where: str) -> Any:
+    """Django's ``normalize_json`` then a JSON round trip, so what is stored is what
+    comes back (tuples become lists, dict keys strings). Errors name ``where``."""
+    try:
+        return json.loads(json.dumps(normalize_json(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: {exc}") from None
+
+
+def arguments(task: Task, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:  # type: ignore[type-arg]
+    path = task.module_path
+    out_args = [to_json(value, f"positional argument {i} of {path}") for i, value in enumerate(args)]
+    out_kwargs = {key: to_json(value, f"argument {key!r} of {path}") for key, value in kwargs.items()}
+    return out_args, out_kwargs
+
+
+def _return_value(value: Any, path: str) -> Any:
+    try:
+        return to_json(value, f"the return value of {path}")
+    except TypeError as exc:
+        setattr(exc, _NO_RETRY, True)
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Rows -> TaskResult
+# ---------------------------------------------------------------------------
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _errors(job: Job) -> list[TaskError]:
+    out = []
+    for entry in job.errors or []:
+        path = entry.get("type") or "builtins.Exception"
+        text = entry.get("traceback") or f"{path}: {entry.get('message', '')}\n"
+        out.append(TaskError(exception_class_path=path, traceback=text))
+    if job.status == JobStatus.CANCELLED:
+        out.append(TaskError(
+            exception_class_path="django_pgjobs.exceptions.JobCancelled",
+            traceback="django_pgjobs.exceptions.JobCancelled: the job was cancelled\n",
+        ))
+    return out
+
+
+def _worker_ids(job: Job) -> list[str]:
+    """One id per attempt: the worker named on that attempt's error, else the row's."""
+    by_attempt: dict[int, str] = {}
+    for entry in job.errors or []:
+        if entry.get("worker") and isinstance(entry.get("attempt"), int):
+            by_attempt[entry["attempt"]] = str(entry["worker"])
+    current = job.worker or "unknown"
+    ids = [by_attempt.get(n, current) for n in range(1, job.attempts)]
+    if job.attempts:
+        # The latest attempt ran on the row's worker (the last claimer), unless it
+        # failed and the row moved on (retry pending / dead): then its error says.
+        live = job.status in (JobStatus.RUNNING, JobStatus.COMPLETED)
+        ids.append(current if live else by_attempt.get(job.attempts, current))
+    return [i[:64] for i in ids]
+
+
+def _last_started(job: Job) -> datetime | None:
+    """When the latest attempt began (a released, uncounted attempt does not count)."""
+    return job.started_at if job.attempts or job.errors else None
+
+
+def _first_started(job: Job) -> datetime | None:
+    """When the first attempt began. The row keeps only the latest claim time; an
+    error entry gives its attempt's start when recorded, else when it ended."""
+    times = [t for t in (_time(e.get("started_at") or e.get("at")) for e in job.errors or []) if t]
+    last = _last_started(job)
+    if last is not None:
+        times.append(last)
+    return min(times) if times else None
+
+
+def result_from_job(job: Job, base: Task, backend: Any, *,  # type: ignore[type-arg]
+                    return_value: Any = None) -> TaskResult:  # type: ignore[type-arg]
+    """The ``TaskResult`` a ``Job`` row stands for (built the same way for enqueue
+    and ``get_result``, so the two compare equal)."""
+    fields = {f.name for f in dataclasses.fields(base)}
+    changes: dict[str, Any] = {
+        "priority": job.priority,
+        "queue_name": job.queue,
+        # Without run_after the row's run_at is the enqueue transaction's now(),
+        # never later than created_at (the statement's time).
+        "run_after": job.run_at if job.run_at > job.created_at else None,
+        "backend": backend.alias,
+    }
+    if "max_attempts" in fields:
+        default = getattr(base, "max_attempts", None) or backend.default_max_attempts()
+        changes["max_attempts"] = (
+            getattr(base, "max_attempts", None) if job.max_attempts == default else job.max_attempts
+        )
+    if "idempotency_key" in fields:
+        changes["idempotency_key"] = job.idempotency_key
+    result: TaskResult = TaskResult(  # type: ignore[type-arg]
+        task=clone(base, **changes),
+        id=str(job.id),
+        status=STATUS_MAP[job.status],
+        enqueued_at=job.created_at,
+        started_at=_first_started(job),
+        finished_at=job.finished_at,
+        last_attempted_at=_last_started(job),
+        args=list(job.args),
+        kwargs=dict(job.kwargs),
+        backend=backend.alias,
+        errors=_errors(job),
+        worker_ids=_worker_ids(job),
+    )
+    if job.status == JobStatus.COMPLETED:
+        object.__setattr__(result, "_return_value", return_value)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Worker side
+# ---------------------------------------------------------------------------
+
+
+def send(signal: Signal, sender: type, result: TaskResult) -> None:  # type: ignore[type-arg]
+    """Send a Tasks signal; a receiver that raises is logged, never propagated."""
+    for receiver, response in signal.send_robust(sender=sender, task_result=result):
+        if isinstance(response, BaseException):
+            logger.error("django.tasks signal receiver %r raised %r (ignored; the job's "
+                         "outcome is unchanged)", receiver, response, exc_info=response)
+
+
+def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
+    """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours."""
+    from django.tasks import task_backends
+
+    from .tasks_backend import PgJobsBackend
+
+    try:
+        backend = task_backends[task.backend]
+        if isinstance(backend, PgJobsBackend):
+            return backend
+    except Exception:  # noqa: BLE001 - alias removed from TASKS since
+        pass
+    for backend in task_backends.all():
+        if isinstance(backend, PgJobsBackend):
+            return backend
+    raise InvalidTask(f"no TASKS backend is a PgJobsBackend, so {task.module_path} cannot run")
+
+
+def run(definition: TaskDefinition, job: JobContext, args: list[Any],
+        kwargs: dict[str, Any]) -> Any:
+    """Run one attempt of a task inside the worker, as Django's contract describes:
+    RUNNING result -> ``task_started`` -> call -> ``task_finished`` (for a failure,
+    from inside the ``except`` block, and only when no retry follows)."""
+    from .models import Job
+
+    backend = backend_for(definition.task)
+    row = Job.objects.using(get_settings().DATABASE).get(pk=job.job_id)
+    result = result_from_job(row, definition.task, backend)
+    sender = type(backend)
+    send(task_started, sender, result)
+    task = result.task
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = _return_value(value, task.module_path)
+    except BaseException as exc:
+        retrying = job.attempt < job.max_attempts and definition.should_retry(exc)
+        if not retrying:
+            cls = type(exc)
+            result.errors.append(TaskError(
+                exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                traceback="".join(traceback.format_exception(exc)),
+            ))
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", timezone.now())
+            send(task_finished, sender, result)  # inside except: the log line gets exc_info
+        raise
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    send(task_finished, sender, result)
+    return value

@@ -1,0 +1,129 @@
+"""Performance invariants that can be asserted without timing anything.
+
+* The claim stays on the partial claim index however much history the table holds
+  (checked with EXPLAIN on 200,000 finished rows after ANALYZE; bench/run measures
+  the drain rate with 1,000,000).
+* A claim and a batched completion are one statement each, whatever the batch size,
+  and take no SAVEPOINT.
+* No foreign key touches the jobs table, so writing a result takes no row lock on it.
+* The job threads (``JobRunners``) run every item and shut down cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_pgjobs import sql
+from django_pgjobs.runners import JobRunners
+
+HISTORY = 200_000
+
+
+def _fill(history: int, pending: int, queues: tuple[str, ...] = ("default", "emails")) -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {sql.JOB} (task, queue, status, run_at, created_at, started_at,"
+            " finished_at, attempts, lease)"
+            " SELECT 'history', (%(q)s::text[])[1 + g %% cardinality(%(q)s::text[])],"
+            " 'completed', t, t, t, t, 1, 1"
+            " FROM (SELECT g, now() - make_interval(secs => g) AS t"
+            "       FROM generate_series(1, %(n)s) g) s",
+            {"q": list(queues), "n": history})
+        cur.execute(
+            f"INSERT INTO {sql.JOB} (task, queue, priority, run_at)"
+            " SELECT 'live', (%(q)s::text[])[1 + g %% cardinality(%(q)s::text[])], g %% 3,"
+            # The column default is statement_timestamp(), later than the claim's now()
+            # inside this test's transaction.
+            " now() - interval '1 second'"
+            " FROM generate_series(1, %(n)s) g",
+            {"q": list(queues), "n": pending})
+        cur.execute(f"ANALYZE {sql.JOB}")
+
+
+def _plan(statement: str, params: dict[str, Any]) -> str:
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+        value = cur.fetchone()[0]
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("statement", "extra"), [
+    (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "default"}),
+    (sql.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"]}),
+    (sql.JOB_CLAIM_ALL, {}),
+], ids=["one-queue", "queues", "all"])
+def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra: dict) -> None:
+    _fill(HISTORY, 1000)
+    plan = _plan(statement, {"worker": "w", "n": 100, **extra})
+    assert "pgjobs_job_claim_idx" in plan, plan
+    # No scan of the table itself: history never enters the claim.
+    assert '"Node Type": "Seq Scan"' not in plan, plan
+    assert "Bitmap Heap Scan" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_claim_and_complete_are_one_statement_each_without_savepoints() -> None:
+    _fill(0, 200, queues=("default",))
+    with CaptureQueriesContext(connection) as claimed_q:
+        claimed = sql.claim(connection, worker="w", queues=["default"], n=150)
+    assert len(claimed) == 150
+    with CaptureQueriesContext(connection) as done_q:
+        done = sql.complete_many(connection, [(c.id, c.lease, {"i": c.id}) for c in claimed])
+    assert done == {c.id for c in claimed}
+    queries = [q["sql"] for q in (*claimed_q.captured_queries, *done_q.captured_queries)]
+    assert len(claimed_q.captured_queries) == 1, queries
+    assert len(done_q.captured_queries) == 1, queries
+    assert not any("SAVEPOINT" in q.upper() for q in queries), queries
+
+
+@pytest.mark.django_db
+def test_no_foreign_key_touches_the_jobs_table() -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT conname FROM pg_constraint WHERE contype = 'f' AND ("
+            f" conrelid = '{sql.JOB}'::regclass OR confrelid = '{sql.JOB}'::regclass"
+            f" OR conrelid = '{sql.RESULT}'::regclass)")
+        assert cur.fetchall() == []
+
+
+def test_job_runners_run_every_item_then_stop() -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def target(item: int) -> None:
+        with lock:
+            seen.append(item)
+
+    runners: JobRunners[int] = JobRunners(4, target, "test-runner")
+    for i in range(1000):
+        runners.submit(i)
+    runners.shutdown(wait=True)
+    assert sorted(seen) == list(range(1000))
+    assert not any(t.name.startswith("test-runner") and t.is_alive()
+                   for t in threading.enumerate())
+
+
+def test_job_runners_cancel_pending_drops_queued_items() -> None:
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def target(item: int) -> None:
+        gate.wait(5)
+        ran.append(item)
+
+    runners: JobRunners[int] = JobRunners(1, target, "test-cancel")
+    for i in range(10):
+        runners.submit(i)
+    runners.shutdown(wait=False, cancel_pending=True)
+    gate.set()
+    for thread in [t for t in threading.enumerate() if t.name.startswith("test-cancel")]:
+        thread.join(5)
+    # At most the item the single thread had already taken ran.
+    assert len(ran) <= 1

@@ -1,0 +1,252 @@
+"""Real ``runjobs`` subprocesses, real signals: crashes, zombies, shutdown, wake-ups.
+
+Timings come from tests/settings.py (heartbeat 0.5 s, stale after 2 s, reaper
+every 0.5 s), so a crashed worker's job is reclaimed within about 3 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_pgjobs.models import Job, JobResult
+from django_pgjobs.models import Worker as WorkerRow
+from tests.conftest import WorkerProcess, wait_until
+from tests.rows import snapshot
+from tests.testapp import jobs
+
+pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
+
+Start = Callable[..., WorkerProcess]
+
+
+def query(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def runs() -> Iterator[str]:
+    """A table every ``record_run`` execution appends to (no unique key: dupes show)."""
+    query("CREATE TABLE wk_runs (seq bigserial, job_id bigint, lease bigint, pid int)")
+    yield "wk_runs"
+    query("DROP TABLE IF EXISTS wk_runs")
+
+
+def job_row(job: Job) -> Job:
+    return Job.objects.get(id=job.id)
+
+
+def wait_running_on(job: Job, worker: WorkerProcess, timeout: float = 20) -> Job:
+    """Until ``job`` is running on the worker process ``worker``."""
+    def check() -> Any:
+        row = job_row(job)
+        return row.status == "running" and row.worker and f":{worker.pid}:" in row.worker
+    wait_until(check, timeout=timeout, message=f"job {job.id} running on pid {worker.pid}")
+    return job_row(job)
+
+
+def wait_status(job: Job, status: str, timeout: float = 20) -> Job:
+    wait_until(lambda: job_row(job).status == status, timeout=timeout,
+               message=f"job {job.id} to be {status}")
+    return job_row(job)
+
+
+def listening(worker: WorkerProcess) -> bool:
+    """The worker registered its row and its LISTEN connection is up."""
+    return WorkerRow.objects.filter(pid=worker.pid).exists() and bool(query(
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+        "AND query = 'LISTEN pgjobs'"))
+
+
+# -- crashes --------------------------------------------------------------------------
+
+
+def test_sigkill_mid_job_is_completed_by_another_worker(start_worker: Start, runs: str) -> None:
+    job = jobs.record_run.enqueue(runs, 1.0)
+    a = start_worker("--concurrency", "1")
+    wait_running_on(job, a)
+    a.signal(signal.SIGKILL)
+    a.wait()
+    b = start_worker("--concurrency", "1")
+    done = wait_status(job, "completed", timeout=20)
+    assert done.attempts == 2 and done.lease == 3  # claim, reap, claim again
+    assert f":{b.pid}:" in (done.worker or "")
+    assert [e["type"] for e in done.errors] == ["django_pgjobs.exceptions.WorkerLost"]
+    assert query(f"SELECT job_id, lease FROM {runs}") == [(job.id, 3)]
+
+
+def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(start_worker: Start,
+                                                                runs: str) -> None:
+    query("CREATE TABLE wk_atomic (job_id bigint, lease bigint)")
+    try:
+        plain = jobs.record_run.using(queue="zombie").enqueue(runs, 1.0)
+        atomic = jobs.atomic_insert.using(queue="zombie").enqueue("wk_atomic", 1.0)
+        a = start_worker("--queues", "zombie", "--concurrency", "2")
+        wait_running_on(plain, a)
+        wait_running_on(atomic, a)
+        a.signal(signal.SIGSTOP)  # a long GC pause, a frozen VM: alive but silent
+        b = start_worker("--queues", "zombie", "--concurrency", "2")
+        plain_done = wait_status(plain, "completed")
+        atomic_done = wait_status(atomic, "completed")
+        wait_until(lambda: len(query(f"SELECT 1 FROM {runs}")) == 1, message="b's run")
+        before = {j.id: snapshot(j.id) for j in (plain, atomic)}
+        assert all(f":{b.pid}:" in s["worker"] and s["lease"] == 3 for s in before.values())
+
+        a.signal(signal.SIGCONT)
+        wait_until(lambda: a.output().count("the complete write changed nothing") == 2,
+                   timeout=15, message="both zombie completions to be refused")
+        # The zombie's writes changed nothing...
+        assert {j.id: snapshot(j.id) for j in (plain, atomic)} == before
+        assert JobResult.objects.get(job_id=atomic.id).value == 3
+        assert plain_done.attempts == atomic_done.attempts == 2
+        # ...except what a non-atomic handler did itself (at-least-once: it ran twice),
+        ran = sorted(query(f"SELECT lease FROM {runs} WHERE job_id = %s", [plain.id]))
+        assert ran == [(1,), (3,)]
+        # while the atomic handler's insert rolled back with its refused completion.
+        assert query("SELECT job_id, lease FROM wk_atomic") == [(atomic.id, 3)]
+    finally:
+        query("DROP TABLE IF EXISTS wk_atomic")
+
+
+# -- shutdown -------------------------------------------------------------------------
+
+
+def test_sigterm_finishes_short_jobs_releases_long_ones_and_exits_0(
+        start_worker: Start, runs: str) -> None:
+    short = jobs.record_run.enqueue(runs, 0.5)
+    long = jobs.record_run.enqueue(runs, 30.0)
+    w = start_worker("--concurrency", "2", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "1.5"})
+    wait_running_on(short, w)
+    wait_running_on(long, w)
+    assert WorkerRow.objects.filter(pid=w.pid).exists()
+    w.signal(signal.SIGTERM)
+    began = time.monotonic()
+    late = jobs.noop.enqueue()  # enqueued after the signal: must not be claimed
+    assert w.wait(timeout=15) == 0, w.output()
+    assert time.monotonic() - began < 8
+    assert job_row(short).status == "completed"
+    released = job_row(long)
+    assert (released.status, released.attempts, released.lease) == ("pending", 0, 1)
+    assert released.errors == [] and released.finished_at is None
+    assert job_row(late).status == "pending"
+    assert not WorkerRow.objects.filter(pid=w.pid).exists()
+    assert "released job" in w.output()
+
+
+def test_second_signal_exits_at_once(start_worker: Start, runs: str) -> None:
+    long = jobs.record_run.enqueue(runs, 30.0)
+    w = start_worker("--concurrency", "1", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "60"})
+    wait_running_on(long, w)
+    w.signal(signal.SIGTERM)
+    wait_until(lambda: "send it again to exit at once" in w.output(), timeout=5,
+               message="the first signal to be handled")
+    began = time.monotonic()
+    w.signal(signal.SIGINT)
+    w.wait(timeout=5)
+    assert time.monotonic() - began < 2
+    assert job_row(long).status == "running"  # left for the reaper, as logged
+    assert "second signal" in w.output()
+
+
+# -- throughput and exactly-once draining ----------------------------------------------
+
+
+def test_several_workers_drain_thousands_each_exactly_once(start_worker: Start,
+                                                           tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    marker.touch()
+    workers = [start_worker("--concurrency", "4", "--batch", batch) for batch in ("5", "20", "50")]
+    wait_until(lambda: WorkerRow.objects.count() == 3, message="3 worker rows")
+    total = 3000
+    jobs.sleep_then_mark.enqueue_many([(0, str(marker))] * total)
+    wait_until(lambda: Job.objects.filter(status="completed").count() == total, timeout=60,
+               interval=0.2, message="all jobs completed")
+    for w in workers:
+        w.signal(signal.SIGTERM)
+    assert [w.wait(timeout=15) for w in workers] == [0, 0, 0]
+    lines = marker.read_text().split()
+    assert len(lines) == total, "a job ran twice (or a completed job never ran)"
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+    assert len(set(lines)) >= 2, "the workers did not share the work"
+    assert not WorkerRow.objects.exists()
+
+
+def test_burst_exits_when_nothing_is_due(start_worker: Start) -> None:
+    now = [jobs.noop.enqueue() for _ in range(5)]
+    later = jobs.noop.using(delay=600).enqueue()
+    w = start_worker("--burst")
+    assert w.wait(timeout=20) == 0, w.output()
+    assert {job_row(j).status for j in now} == {"completed"}
+    assert job_row(later).status == "pending"
+
+
+def test_max_jobs(start_worker: Start) -> None:
+    for _ in range(10):
+        jobs.noop.enqueue()
+    w = start_worker("--max-jobs", "4", "--concurrency", "2")
+    assert w.wait(timeout=20) == 0, w.output()
+    assert Job.objects.filter(status="completed").count() == 4
+    assert Job.objects.filter(status="pending", attempts=0).count() == 6
+
+
+def test_queues_option_filters(start_worker: Start) -> None:
+    email = jobs.send_email.enqueue("a@b.c")
+    other = jobs.noop.using(queue="other").enqueue()
+    default = jobs.noop.enqueue()
+    w = start_worker("--queues", "emails,other", "--burst")
+    assert w.wait(timeout=20) == 0, w.output()
+    assert [job_row(j).status for j in (email, other, default)] == [
+        "completed", "completed", "pending"]
+
+
+def test_priority_order(start_worker: Start, runs: str) -> None:
+    made = {j.id: j for j in (jobs.record_run.using(priority=p).enqueue(runs)
+                              for p in (0, -50, 100, 7, 7))}
+    w = start_worker("--burst", "--concurrency", "1", "--batch", "1")
+    assert w.wait(timeout=20) == 0, w.output()
+    order = [r[0] for r in query(f"SELECT job_id FROM {runs} ORDER BY seq")]
+    assert len(order) == len(made) == 5
+    assert [job_row(made[i]).priority for i in order] == [100, 7, 7, 0, -50]
+
+
+# -- waking up -------------------------------------------------------------------------
+
+
+def test_future_run_at_is_noticed_by_the_poll(start_worker: Start) -> None:
+    w = start_worker("--poll-interval", "0.3", "--no-listen")
+    wait_until(lambda: WorkerRow.objects.filter(pid=w.pid).exists(), message="worker row")
+    job = jobs.noop.using(delay=1.5).enqueue()
+    done = wait_status(job, "completed", timeout=10)
+    assert done.started_at is not None and done.started_at >= done.run_at
+    assert (done.started_at - done.run_at).total_seconds() < 1.5
+
+
+def test_listen_wakes_an_idle_worker_within_a_second(start_worker: Start) -> None:
+    w = start_worker("--poll-interval", "10")
+    wait_until(lambda: listening(w), message="the worker to listen")
+    time.sleep(0.2)  # let the loop settle into its 10 s idle wait (not an assertion)
+    for _ in range(3):
+        job = jobs.noop.enqueue()
+        done = wait_status(job, "completed", timeout=3)
+        latency = (done.finished_at - done.created_at).total_seconds()  # type: ignore[operator]
+        assert latency < 1.0, f"picked up after {latency:.2f}s"
+
+
+def test_survives_its_connections_being_killed(start_worker: Start) -> None:
+    w = start_worker("--poll-interval", "0.3")
+    wait_until(lambda: listening(w), message="the worker to listen")
+    killed = query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    assert killed
+    job = jobs.add.enqueue(1, 2)
+    assert wait_status(job, "completed", timeout=15).result == 3
+    wait_until(lambda: listening(w), message="LISTEN to be re-established")
+    assert w.proc.poll() is None

@@ -1,0 +1,157 @@
+"""The reaper: stale running jobs back to pending (or dead), in batches, never twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from io import StringIO
+from typing import Any
+
+import psycopg
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from django_pgjobs import signals, sql
+from django_pgjobs.models import Job
+from django_pgjobs.models import Worker as WorkerRow
+from django_pgjobs.reaper import Reaper
+from tests.conftest import ROOT, dsn, wait_until
+from tests.rows import make_job, snapshot
+from tests.testapp import jobs
+
+
+@pytest.mark.django_db
+def test_run_once_reclaims_stale_jobs_and_leaves_fresh_ones() -> None:
+    stale = make_job("running", heartbeat_age=30, attempts=1, max_attempts=3, queue="s1")
+    last_try = make_job("running", heartbeat_age=30, attempts=3, max_attempts=3, queue="s2")
+    fresh = make_job("running", heartbeat_age=0.5, queue="s3")
+    fresh_before = snapshot(fresh.id)
+    reaped: list[Any] = []
+
+    def on_reaped(**kwargs: Any) -> None:
+        reaped.append(kwargs)
+
+    signals.jobs_reaped.connect(on_reaped)
+    try:
+        counts = Reaper(stale_after=10, worker="reaper-test").run_once()
+    finally:
+        signals.jobs_reaped.disconnect(on_reaped)
+    assert counts == {"reaped": 2, "pending": 1, "dead": 1}
+    stale.refresh_from_db()
+    last_try.refresh_from_db()
+    assert (stale.status, stale.lease, stale.attempts) == ("pending", 2, 1)
+    assert (last_try.status, last_try.lease) == ("dead", 2)
+    for job in (stale, last_try):
+        [entry] = job.errors
+        assert entry["type"] == "django_pgjobs.exceptions.WorkerLost"
+        assert entry["worker"] == "test-worker" and entry["attempt"] == job.attempts
+        assert job.last_error.startswith("worker lost: no heartbeat for more than 10s")
+    assert snapshot(fresh.id) == fresh_before
+    assert len(reaped) == 1 and reaped[0]["worker"] == "reaper-test"
+    assert sorted(reaped[0]["jobs"]) == sorted([
+        (stale.id, "tests.testapp.jobs.add", "pending"),
+        (last_try.id, "tests.testapp.jobs.add", "dead")])
+
+
+@pytest.mark.django_db
+def test_run_once_works_through_every_batch() -> None:
+    made = [make_job("running", heartbeat_age=30, queue=f"b{i}") for i in range(11)]
+    assert Reaper(stale_after=10, batch=3).run_once() == {"reaped": 11, "pending": 11}
+    assert set(Job.objects.filter(id__in=[j.id for j in made]).values_list("status", "lease")) == {
+        ("pending", 2)}
+
+
+@pytest.mark.django_db
+def test_reaper_forgets_workers_not_seen_for_stale_after() -> None:
+    with connection.cursor() as cursor:
+        for wid, age in (("gone", 60), ("alive", 0)):
+            cursor.execute(
+                "INSERT INTO django_pgjobs_worker (id, host, pid, queues, concurrency, started_at,"
+                " last_seen) VALUES (%s, 'h', 1, '[]', 1, now(), now() - make_interval(secs => %s))",
+                [wid, age])
+    Reaper(stale_after=10).run_once()
+    assert list(WorkerRow.objects.values_list("id", flat=True)) == ["alive"]
+
+
+def _reaper_thread(seen: list[int], errors: list[BaseException], start: threading.Barrier) -> None:
+    try:
+        with psycopg.connect(dsn(), autocommit=True) as conn:
+            start.wait()
+            while rows := conn.execute(sql.JOB_REAP_STALE, {
+                "stale_after": 10, "batch": 7, "message": "worker lost", "type": "WorkerLost",
+            }).fetchall():
+                seen.extend(r[0] for r in rows)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_many_reapers_never_double_reclaim_or_deadlock() -> None:
+    jobs.add.enqueue_many([(i, i) for i in range(600)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {sql.JOB} SET status = 'running', attempts = 1, lease = 1, "
+                       "started_at = now(), heartbeat_at = now() - interval '1 minute'")
+    seen: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+    threads = [threading.Thread(target=_reaper_thread, args=(seen, errors, start))
+               for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert [i for i, n in Counter(seen).items() if n > 1] == []
+    assert len(seen) == 600
+    rows = Job.objects.values_list("status", "lease", "attempts")
+    assert set(rows) == {("pending", 2, 1)}
+    assert {len(e) for e in Job.objects.values_list("errors", flat=True)} == {1}
+
+
+@pytest.mark.django_db
+def test_reap_jobs_command_once_and_stale_after_option() -> None:
+    job = make_job("running", heartbeat_age=1.5)
+    out = StringIO()
+    call_command("reap_jobs", stdout=out)  # STALE_AFTER is 2 s in the test settings
+    assert out.getvalue().strip() == "reaped 0 job(s)"
+    out = StringIO()
+    call_command("reap_jobs", "--stale-after", "1", stdout=out)
+    assert out.getvalue().strip() == "reaped 1 job(s) (pending=1)"
+    job.refresh_from_db()
+    assert job.status == "pending"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("bad", ["0", "-3", "soon", "inf"])
+def test_reap_jobs_rejects_bad_stale_after(bad: str) -> None:
+    job = make_job("running", heartbeat_age=60)
+    with pytest.raises(CommandError, match="--stale-after"):
+        call_command("reap_jobs", f"--stale-after={bad}")
+    job.refresh_from_db()
+    assert job.status == "running"
+
+
+@pytest.mark.process
+@pytest.mark.django_db(transaction=True)
+def test_reap_jobs_loop_keeps_reaping_until_interrupted() -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
+           "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"]}
+    proc = subprocess.Popen([sys.executable, "-m", "django", "reap_jobs", "--loop"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        first = make_job("running", heartbeat_age=60)
+        wait_until(lambda: Job.objects.get(id=first.id).status == "pending", message="1st reap")
+        second = make_job("running", heartbeat_age=60)
+        wait_until(lambda: Job.objects.get(id=second.id).status == "pending", message="2nd reap")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+        assert b"reaped 1 job(s) (pending=1)" in proc.stdout.read()  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
