@@ -36,11 +36,21 @@ STALE_AFTER = 2.0
 REAPER_INTERVAL = 0.5
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark everything here ``faults``; leave ``soak`` tests out unless ``-m`` names soak."""
     here = Path(__file__).parent
+    soak_selected = "soak" in (config.option.markexpr or "")
+    keep, dropped = [], []
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.faults)
+            if item.get_closest_marker("soak") and not soak_selected:
+                dropped.append(item)
+                continue
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 EFFECTS_DDL = """

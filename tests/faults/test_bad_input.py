@@ -147,15 +147,23 @@ def test_job_objects_enqueue_refuses_unregistered_names(transactional_db: None,
 @given(calls=st.lists(st.lists(values, max_size=2).map(tuple), max_size=5))
 def test_enqueue_many_round_trips_or_refuses_all(transactional_db: None,
                                                  calls: list[tuple[Any, ...]]) -> None:
-    def run() -> list[list[Any]]:
+    def run() -> list[tuple[Any, Any]]:
         n = fault_anything.enqueue_many(calls)
         assert n == len(calls)
-        return [j.args for j in Job.objects.order_by("id")]
+        return [(j.args, j.kwargs) for j in Job.objects.order_by("id")]
+
+    def expected(call: tuple[Any, ...]) -> tuple[Any, Any]:
+        # Documented: a 2-tuple (list or tuple, dict) is an (args, kwargs) pair.
+        if len(call) == 2 and isinstance(call[0], list | tuple) and isinstance(call[1], dict):
+            return list(call[0]), call[1]
+        return list(call), {}
 
     stored, error, written = attempt(run)
     if error is None:
         assert written == len(calls)
-        assert all(same(s, list(c)) for s, c in zip(stored, calls, strict=True))
+        for (args, kwargs), call in zip(stored, calls, strict=True):
+            want_args, want_kwargs = expected(call)
+            assert same(args, want_args) and same(kwargs, want_kwargs), (call, args, kwargs)
 
 
 OPTION_TEXT = st.one_of(st.text(max_size=8), st.integers(-3, 10**6).map(str),
