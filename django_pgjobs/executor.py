@@ -11,6 +11,7 @@ import logging
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from django.db import connections, transaction
@@ -43,10 +44,16 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def error_entry(attempt: int, exc: BaseException, worker: str | None) -> dict[str, Any]:
-    """One entry of ``Job.errors``: attempt, time, exception type, message, traceback."""
+def error_entry(attempt: int, exc: BaseException, worker: str | None,
+                started_at: datetime | None = None) -> dict[str, Any]:
+    """One entry of ``Job.errors``: attempt, time, exception type, message, traceback.
+
+    ``started_at``: when the attempt began running. The row keeps only the latest
+    claim's start, so this is how the Tasks backend knows when the first attempt
+    started; entries without it (the reaper's) fall back to ``at``.
+    """
     cls = type(exc)
-    return {
+    entry = {
         "attempt": attempt,
         "at": timezone.now().isoformat(),
         "type": f"{cls.__module__}.{cls.__qualname__}",
@@ -54,6 +61,9 @@ def error_entry(attempt: int, exc: BaseException, worker: str | None) -> dict[st
         "traceback": _storable(lambda: "".join(traceback.format_exception(exc)))[-20000:],
         "worker": worker,
     }
+    if started_at is not None:
+        entry["started_at"] = started_at.isoformat()
+    return entry
 
 
 def _storable(text: Callable[[], str]) -> str:
@@ -86,8 +96,8 @@ def _call(definition: JobDefinition, context: JobContext, args: list[Any],
 
 
 def _failure(definition: JobDefinition | None, claimed: sql.Claimed, exc: BaseException,
-             worker: str | None, *, retryable: bool) -> Outcome:
-    entry = error_entry(claimed.attempt, exc, worker)
+             worker: str | None, *, retryable: bool, started_at: datetime) -> Outcome:
+    entry = error_entry(claimed.attempt, exc, worker, started_at)
     if retryable and claimed.attempt < claimed.max_attempts and (
         definition is None or definition.should_retry(exc)
     ):
@@ -100,32 +110,35 @@ def _failure(definition: JobDefinition | None, claimed: sql.Claimed, exc: BaseEx
 def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
             context: JobContext | None = None) -> Outcome:
     """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
+    started_at = timezone.now()  # when this attempt began, for its error entry
     try:
         definition = registry.get(claimed.task)
     except UnknownTask as exc:
-        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker), exception=exc)
+        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker, started_at),
+                       exception=exc)
     context = context or make_context(claimed, worker)
     args, kwargs = claimed.args, claimed.kwargs
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         exc = TypeError(f"stored args must be a JSON array and kwargs a JSON object, got "
                         f"{type(args).__name__} and {type(kwargs).__name__}")
-        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker), exception=exc)
+        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker, started_at),
+                       exception=exc)
     connection = connections[alias]
     if claimed.idempotency_key is not None:
         found, value = sql.result_for_key(connection, claimed.idempotency_key)
         if found:
             return Outcome("completed", value=value, extra={"short_circuit": True})
     if definition.atomic:
-        return _execute_atomic(definition, claimed, context, worker, alias)
+        return _execute_atomic(definition, claimed, context, worker, alias, started_at)
     try:
         value = _call(definition, context, args, kwargs)
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
-        return _failure(definition, claimed, exc, worker, retryable=True)
+        return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
     try:
         _check_return(value, claimed.task)
     except _BadReturn as exc:
         # The handler ran and its side effects happened; re-running cannot fix its type.
-        return _failure(definition, claimed, exc, worker, retryable=False)
+        return _failure(definition, claimed, exc, worker, retryable=False, started_at=started_at)
     return Outcome("completed", value=value)
 
 
@@ -146,7 +159,7 @@ def _check_return(value: Any, task: str) -> None:
 
 
 def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: JobContext,
-                    worker: str | None, alias: str) -> Outcome:
+                    worker: str | None, alias: str, started_at: datetime) -> Outcome:
     """Handler, lease re-check, completion and result in ONE transaction.
 
     The lease is checked (and the row locked) only after the handler, so the
@@ -165,5 +178,6 @@ def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: Jo
             f"job {claimed.id} lease {claimed.lease} is no longer current; "
             "its transaction was rolled back"))
     except BaseException as exc:  # noqa: BLE001
-        return _failure(definition, claimed, exc, worker, retryable=not isinstance(exc, _BadReturn))
+        return _failure(definition, claimed, exc, worker,
+                        retryable=not isinstance(exc, _BadReturn), started_at=started_at)
     return Outcome("completed", value=value, written=True)

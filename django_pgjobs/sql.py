@@ -61,6 +61,13 @@ JOB_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 # Claim
 # ---------------------------------------------------------------------------
 
+# Claims commit asynchronously: set_config(..., true) is local to the statement's
+# own transaction (no session state, so pgbouncer-safe) and is still in force
+# when it commits, so the claim does not wait for a WAL flush. Safe: a claim lost
+# in a server crash leaves the job pending and it runs again (at-least-once), and
+# the completion, which commits synchronously, flushes the claim's WAL before it.
+ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
+
 _CLAIM_SET = f"""
 UPDATE {JOB} AS j
    SET status = '{JobStatus.RUNNING}',
@@ -69,7 +76,7 @@ UPDATE {JOB} AS j
        started_at = now(),
        heartbeat_at = now(),
        worker = %(worker)s
-  FROM picked
+  FROM picked, {ASYNC_COMMIT}
  WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
           j.priority, j.idempotency_key
@@ -92,44 +99,47 @@ WITH picked AS (
 {_CLAIM_SET}
 """
 
-# Claim across several queues: the claim index leads with queue, so each queue is
-# scanned in index order (LATERAL, LIMIT n each) and the best n are taken. Rows of
-# the per-queue scans that are not taken stay locked only for this statement.
-JOB_CLAIM_QUEUES = f"""
-WITH picked AS (
-    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
-    CROSS JOIN LATERAL (
+# The best n due jobs of the queue qs.name, in claim-index order, locked with
+# SKIP LOCKED (the claim index leads with queue, so this is one index range scan).
+# Shared by the multi-queue claims below, which join it LATERAL to a list of queues.
+_CLAIM_LATERAL = f"""CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {JOB}
-         WHERE status = '{JobStatus.PENDING}' AND queue = q.name AND run_at <= now()
+         WHERE status = '{JobStatus.PENDING}' AND queue = qs.name AND run_at <= now()
          ORDER BY priority DESC, run_at, id
          LIMIT %(n)s
            FOR UPDATE SKIP LOCKED
-    ) AS c
+    ) AS c"""
+
+# Claim across several queues: each queue is scanned in index order (LATERAL,
+# LIMIT n each) and the best n are taken. Rows of the per-queue scans that are not
+# taken stay locked only for this statement.
+JOB_CLAIM_QUEUES = f"""
+WITH picked AS (
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS qs(name)
+    {_CLAIM_LATERAL}
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s
 )
 {_CLAIM_SET}
 """
 
-# Claim from every queue: find the queues that have pending rows with a loose
-# index scan of the claim index (one index probe per distinct queue), then as above.
-JOB_CLAIM_ALL = f"""
-WITH RECURSIVE qs(name) AS (
+# The queues that have pending rows, found with a loose index scan of the claim
+# index: one index probe per distinct queue, not a read of every pending row.
+# A recursive CTE named qs(name), for WITH RECURSIVE; its last row is NULL.
+_PENDING_QUEUES = f"""qs(name) AS (
     (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}' ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT queue FROM {JOB}
              WHERE status = '{JobStatus.PENDING}' AND queue > qs.name
              ORDER BY queue LIMIT 1)
       FROM qs WHERE qs.name IS NOT NULL
-), picked AS (
+)"""
+
+# Claim from every queue: the pending queues (loose index scan), then as above.
+JOB_CLAIM_ALL = f"""
+WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
     SELECT c.id FROM qs
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {JOB}
-         WHERE status = '{JobStatus.PENDING}' AND queue = qs.name AND run_at <= now()
-         ORDER BY priority DESC, run_at, id
-         LIMIT %(n)s
-           FOR UPDATE SKIP LOCKED
-    ) AS c
+    {_CLAIM_LATERAL}
     WHERE qs.name IS NOT NULL
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s
@@ -153,7 +163,9 @@ WITH f AS (
      ORDER BY j.id
        FOR NO KEY UPDATE OF j
 ), touched AS (
-    UPDATE {JOB} AS j SET heartbeat_at = now() FROM mine WHERE j.id = mine.id RETURNING j.id
+    -- asynchronous commit, as for claims: a lost heartbeat only ages the row
+    UPDATE {JOB} AS j SET heartbeat_at = now() FROM mine, {ASYNC_COMMIT}
+     WHERE j.id = mine.id RETURNING j.id
 )
 SELECT f.id FROM f LEFT JOIN {JOB} j ON j.id = f.id
  WHERE j.id IS NULL OR j.lease <> f.lease
@@ -495,59 +507,89 @@ SELECT count(*) FROM {JOB}
    AND status = %(status)s
 """
 
-# Live work per queue: reads only pending and running rows (the partial claim and
-# running indexes, or the status index), never the history. No locks.
+# Live work per queue, exact: pending rows through the claim index and running
+# rows through the running index, one aggregate each, joined per queue. (A single
+# scan WHERE status IN ('pending', 'running') cannot use the two partial indexes
+# and reads the whole table.) Never the history. No locks.
 STATUS_ACTIVE = f"""
-SELECT queue,
-       count(*) FILTER (WHERE status = '{JobStatus.PENDING}') AS pending,
-       count(*) FILTER (WHERE status = '{JobStatus.PENDING}' AND run_at <= now()) AS due,
-       count(*) FILTER (WHERE status = '{JobStatus.RUNNING}') AS running,
-       count(*) FILTER (WHERE status = '{JobStatus.RUNNING}'
-                          AND heartbeat_at < now() - make_interval(secs => %(stale_after)s))
-           AS stuck,
-       EXTRACT(EPOCH FROM now() - min(run_at) FILTER (
-           WHERE status = '{JobStatus.PENDING}' AND run_at <= now()))::float8 AS lag
-  FROM {JOB}
- WHERE status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')
- GROUP BY queue
+WITH pending AS (
+    SELECT queue, count(*) AS pending, count(*) FILTER (WHERE run_at <= now()) AS due,
+           now() - min(run_at) FILTER (WHERE run_at <= now()) AS lag
+      FROM {JOB} WHERE status = '{JobStatus.PENDING}'
+     GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running,
+           count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s))
+               AS stuck
+      FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
+     GROUP BY queue
+)
+SELECT queue, COALESCE(p.pending, 0), COALESCE(p.due, 0), COALESCE(r.running, 0),
+       COALESCE(r.stuck, 0), p.lag
+  FROM pending AS p FULL JOIN running AS r USING (queue)
 """
 
-# Recently finished per queue and status: a range scan of the partial finished_at
-# index over the window only, so its cost follows throughput, not history. No locks.
+# Recently finished per queue and status, with the completions of the last 5 and
+# 60 minutes (throughput; complete only for a window of at least an hour): a range
+# scan of the partial finished_at index over the window only, so its cost follows
+# throughput, not history. No locks.
 STATUS_FINISHED = f"""
-SELECT queue, status, count(*)
+SELECT queue, status, count(*),
+       count(*) FILTER (WHERE finished_at > now() - interval '5 minutes'),
+       count(*) FILTER (WHERE finished_at > now() - interval '60 minutes')
   FROM {JOB}
  WHERE finished_at IS NOT NULL AND finished_at > now() - make_interval(secs => %(window)s)
  GROUP BY queue, status
 """
 
-# Table-wide totals per status estimated from planner statistics (no scan).
-STATUS_ESTIMATES = f"""
-SELECT c.reltuples::float8, s.most_common_vals::text, s.most_common_freqs
-  FROM pg_class c
-  LEFT JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = '{JOB}'
-                      AND s.attname = 'status'
- WHERE c.oid = '{JOB}'::regclass
+# Dead-lettered within the window: the finished_at index range, restricted to
+# dead rows (the status index). No locks.
+STATUS_DEAD_RECENT = f"""
+SELECT count(*) FROM {JOB}
+ WHERE finished_at IS NOT NULL AND finished_at > now() - make_interval(secs => %(window)s)
+   AND status = '{JobStatus.DEAD}'
 """
 
-# Vacuum health of a table: statistics views and catalog only. No locks.
+# Vacuum health of a table and, for the jobs table, the planner's statistics of the
+# status column (table-wide totals per status without a scan): statistics views
+# and catalog only, plus the server's clock. No locks.
 TABLE_HEALTH = """
-SELECT c.relname, s.n_live_tup, s.n_dead_tup, s.last_autovacuum, s.last_vacuum,
-       s.last_autoanalyze, s.autovacuum_count, c.reloptions,
-       pg_total_relation_size(c.oid), c.reltuples::float8
-  FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+SELECT now(), c.relname, c.reltuples::float8, pg_total_relation_size(c.oid),
+       COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0), s.last_autovacuum,
+       s.last_vacuum, s.last_autoanalyze, COALESCE(s.autovacuum_count, 0), c.reloptions,
+       (SELECT most_common_vals::text FROM pg_stats
+         WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status'),
+       (SELECT most_common_freqs FROM pg_stats
+         WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status')
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
  WHERE c.oid = %(table)s::regclass
 """
 
-# Size of the claim index: it should stay small (pending rows only); growth
-# without a backlog means bloat that vacuum is not reclaiming.
+# PostgreSQL's estimate of a table's rows (-1: never vacuumed or analyzed). No scan.
+TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass"
+
+# Size of a relation, e.g. the claim index: it should stay small (pending rows
+# only); growth without a backlog means bloat that vacuum is not reclaiming.
 INDEX_SIZE = "SELECT pg_relation_size(%(index)s::regclass)"
 
-# Live workers (seen within STALE_AFTER).
+# Registered workers, most recently seen first (LIMIT NULL: all of them), with
+# the time since each was last seen (live: within STALE_AFTER).
 STATUS_WORKERS = f"""
-SELECT id, host, pid, queues, concurrency, started_at, last_seen FROM {WORKER}
- WHERE last_seen > now() - make_interval(secs => %(stale_after)s)
- ORDER BY id
+SELECT id, host, pid, queues, concurrency, started_at, last_seen, now() - last_seen
+  FROM {WORKER} ORDER BY last_seen DESC LIMIT %(limit)s
+"""
+
+# Queues that have pending or running rows. Pending: the loose index scan of the
+# claim index (one probe per queue, as in JOB_CLAIM_ALL). Running: the running
+# index, as many rows as jobs in flight. Never the history. No locks.
+ACTIVE_QUEUES = f"""
+WITH RECURSIVE {_PENDING_QUEUES}
+SELECT name FROM qs WHERE name IS NOT NULL
+UNION
+SELECT DISTINCT queue FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
+LIMIT 1000
 """
 
 # pgjobs_enqueue(task, args, kwargs, queue, priority, run_at, idempotency_key,

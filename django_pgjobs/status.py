@@ -1,24 +1,27 @@
-"""Queue and table health, cheap enough to run every few seconds in production.
+"""``jobs_status``: queue and table health, cheap enough to run every few seconds.
 
 Nothing here counts over history: live work (pending, running) is counted
 exactly from the small partial indexes; finished jobs are counted exactly only
 over a recent window (a range scan of the partial ``finished_at`` index) and
 table-wide totals are estimates from planner statistics. Table health comes from
 ``pg_stat_user_tables`` and the catalog. So the cost follows the backlog and the
-throughput, not the size of the history.
+throughput, not the size of the history. The queries are the admin overview's
+(``overview.py``); this module adds the per-queue worker counts, the warnings and
+the text and JSON output.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
 
-from . import sql
+from . import overview, sql
 from .conf import get_settings
+from .overview import QueueCounts, TableHealth
 from .states import TERMINAL
 
 FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
@@ -33,30 +36,10 @@ DEAD_MIN_WARNING = 1000
 
 
 @dataclass
-class QueueStatus:
-    queue: str
-    pending: int = 0
-    due: int = 0
-    running: int = 0
-    stuck: int = 0
+class QueueStatus(QueueCounts):
     lag: float | None = None  # seconds since the oldest due job's run_at
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISHED, 0))
     workers: int = 0
-
-
-@dataclass
-class TableHealth:
-    table: str
-    live_tuples: int | None
-    dead_tuples: int | None
-    dead_share: float | None
-    last_autovacuum: datetime | None
-    last_vacuum: datetime | None
-    last_autoanalyze: datetime | None
-    autovacuum_count: int | None
-    storage_parameters: dict[str, str]
-    total_bytes: int
-    estimated_rows: float
 
 
 @dataclass
@@ -70,76 +53,45 @@ class Status:
     warnings: list[str]
 
 
-def _storage(reloptions: list[str] | None) -> dict[str, str]:
-    return dict(opt.split("=", 1) for opt in (reloptions or []))
-
-
-def _table_health(cursor: Any, table: str) -> TableHealth:
-    cursor.execute(sql.TABLE_HEALTH, {"table": table})
-    (_, live, dead, last_auto, last_vac, last_analyze, av_count, reloptions, size,
-     reltuples) = cursor.fetchone()
-    share = None
-    if live is not None and dead is not None and live + dead > 0:
-        share = dead / (live + dead)
-    return TableHealth(table, live, dead, share, last_auto, last_vac, last_analyze, av_count,
-                       _storage(reloptions), int(size), max(float(reltuples), 0.0))
-
-
-def _estimates(cursor: Any) -> dict[str, int | None]:
-    cursor.execute(sql.STATUS_ESTIMATES)
-    row = cursor.fetchone()
-    out: dict[str, int | None] = dict.fromkeys(FINISHED, None)
-    if row is None or row[1] is None or row[0] < 0:
-        return out  # never analyzed: no estimate rather than a wrong one
-    reltuples, mcv_text, freqs = row
-    values = mcv_text.strip("{}").split(",") if mcv_text else []
-    for status in FINISHED:
-        out[status] = 0
-    for value, freq in zip(values, freqs or [], strict=False):
-        value = value.strip('"')
-        if value in out:
-            out[value] = round(reltuples * freq)
-    return out
+def _estimates(jobs: TableHealth) -> dict[str, int | None]:
+    """All-time finished totals per status from the planner's statistics."""
+    if jobs.estimated_rows is None or not jobs.status_estimates:
+        return dict.fromkeys(FINISHED, None)  # never analyzed: no estimate rather than a wrong one
+    return {s: jobs.status_estimates.get(s, 0) for s in FINISHED}
 
 
 def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
     """Everything ``jobs_status`` shows. ``window``: seconds of finished history to count."""
     conf = get_settings()
-    alias = alias or conf.DATABASE
-    queues: dict[str, QueueStatus] = {}
+    connection = connections[alias or conf.DATABASE]
+    rows = overview.queue_rows(connection, stale_after=conf.STALE_AFTER)
+    overview.finished_by_queue(connection, rows, window=timedelta(seconds=window))
+    live = [w for w in overview.workers(connection, limit=None) if w.is_live(conf.STALE_AFTER)]
+    workers: list[dict[str, Any]] = [
+        {"id": w.id, "host": w.host, "pid": w.pid, "queues": w.queues,
+         "concurrency": w.concurrency, "started_at": w.started_at, "last_seen": w.last_seen}
+        for w in sorted(live, key=lambda w: w.id)
+    ]
+    tables = [overview.table_health(connection, sql.JOB)[1],
+              overview.table_health(connection, sql.RESULT)[1]]
+    claim_index_bytes = overview.relation_size(connection, "pgjobs_job_claim_idx")
 
-    def q(name: str) -> QueueStatus:
-        return queues.setdefault(name, QueueStatus(name))
-
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql.STATUS_ACTIVE, {"stale_after": conf.STALE_AFTER})
-        for name, pending, due, running, stuck, lag in cursor.fetchall():
-            entry = q(name)
-            entry.pending, entry.due, entry.running, entry.stuck = pending, due, running, stuck
-            entry.lag = lag
-        cursor.execute(sql.STATUS_FINISHED, {"window": window})
-        for name, status, count in cursor.fetchall():
-            q(name).finished[status] = count
-        cursor.execute(sql.STATUS_WORKERS, {"stale_after": conf.STALE_AFTER})
-        workers = []
-        for wid, host, pid, wqueues, concurrency, started, last_seen in cursor.fetchall():
-            names = json.loads(wqueues) if isinstance(wqueues, str) else wqueues
-            workers.append({"id": wid, "host": host, "pid": pid, "queues": names,
-                            "concurrency": concurrency, "started_at": started,
-                            "last_seen": last_seen})
-        estimates = _estimates(cursor)
-        tables = [_table_health(cursor, sql.JOB), _table_health(cursor, sql.RESULT)]
-        cursor.execute(sql.INDEX_SIZE, {"index": "pgjobs_job_claim_idx"})
-        claim_index_bytes = int(cursor.fetchone()[0])
+    queues = {
+        name: QueueStatus(name, r.pending, r.due, r.running, r.stuck,
+                          lag=None if r.lag is None else r.lag.total_seconds(),
+                          finished={**dict.fromkeys(FINISHED, 0), **r.finished})
+        for name, r in rows.items()
+    }
     for worker in workers:
         for name in worker["queues"]:
             if name != "*":
-                q(name)
+                queues.setdefault(name, QueueStatus(name))
     for entry in queues.values():
         entry.workers = sum(1 for w in workers
                             if "*" in w["queues"] or entry.queue in w["queues"])
     ordered = sorted(queues.values(), key=lambda e: e.queue)
-    status = Status(ordered, window, workers, estimates, tables, claim_index_bytes, [])
+    status = Status(ordered, window, workers, _estimates(tables[0]), tables, claim_index_bytes,
+                    [])
     status.warnings = warnings(status)
     return status
 
@@ -175,7 +127,11 @@ def to_json(status: Status) -> str:
             return value.isoformat()
         raise TypeError(type(value).__name__)
 
-    return json.dumps(asdict(status), default=default, indent=2, sort_keys=True)
+    data = asdict(status)
+    for table in data["tables"]:  # the documented JSON: the row estimate as a number, 0 if none
+        table["estimated_rows"] = float(table["estimated_rows"] or 0)
+        del table["status_estimates"]  # already in estimated_totals
+    return json.dumps(data, default=default, indent=2, sort_keys=True)
 
 
 def _age(seconds: float | None) -> str:

@@ -94,18 +94,26 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True) -> None:
 @functools.lru_cache(maxsize=1024)
 def _signature(
     func: Callable[..., Any], takes_context: bool
-) -> tuple[inspect.Signature | None, list[str]]:
-    """The signature arguments are bound against (without the context parameter) and
-    its positional names. Cached: inspect.signature was ~5% of a single enqueue."""
+) -> tuple[inspect.Signature | None, list[str], tuple[int, int] | None]:
+    """The signature arguments are bound against (without the context parameter), its
+    positional names, and — when positional-only calls can be checked by counting —
+    the (min, max) positional count. Cached: inspect.signature was ~5% of a single
+    enqueue, and Signature.bind ~10 us per call of enqueue_many."""
     try:
         sig = inspect.signature(func)
     except (TypeError, ValueError):  # builtins without a signature
-        return None, []
+        return None, [], None
     params = list(sig.parameters.values())
     if takes_context and params:
         params = params[1:]
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return sig.replace(parameters=params), names
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in positional]
+    countable: tuple[int, int] | None = None
+    if not any(p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY) and
+               (p.kind == p.VAR_POSITIONAL or p.default is p.empty) for p in params):
+        required = sum(1 for p in positional if p.default is p.empty)
+        countable = (required, len(positional))
+    return sig.replace(parameters=params), names, countable
 
 
 def check_arguments(
@@ -117,8 +125,10 @@ def check_arguments(
         raise TypeError(f"args of {task} must be a list, got {type(args).__name__}")
     if not isinstance(kwargs, Mapping):
         raise TypeError(f"kwargs of {task} must be a dict, got {type(kwargs).__name__}")
-    bound_sig, names = _signature(func, takes_context)
-    if bound_sig is not None:
+    bound_sig, names, countable = _signature(func, takes_context)
+    if countable is not None and not kwargs and countable[0] <= len(args) <= countable[1]:
+        pass  # a positional-only call that fits: nothing for bind() to find
+    elif bound_sig is not None:
         try:
             bound_sig.bind(*args, **kwargs)
         except TypeError as exc:

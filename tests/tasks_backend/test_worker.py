@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -102,6 +103,11 @@ def test_retry_then_success_keeps_one_error_per_failed_attempt() -> None:
     assert "attempt 2 fails on purpose" in result.errors[1].traceback
     assert result.worker_ids == ["testing.run_jobs"] * 3
     assert result.started_at < result.last_attempted_at  # type: ignore[operator]
+    # The first attempt's start comes from its error entry, not from when it failed.
+    first = _job(result).errors[0]
+    started = datetime.fromisoformat(first["started_at"])
+    assert started <= datetime.fromisoformat(first["at"])
+    assert result.started_at == started
 
 
 def test_failure_path_after_the_last_attempt() -> None:
