@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
@@ -41,6 +41,14 @@ def _columns() -> tuple[list[str], str, frozenset[int]]:
     return attnames, columns, json_positions
 
 
+def _json_text(value: list[Any] | dict[str, Any]) -> str:
+    """JSON text for a jsonb column; the common no-argument cases skip the encoder
+    (json.dumps was a third of enqueue_many's Python time for no-argument jobs)."""
+    if not value:
+        return "[]" if isinstance(value, list) else "{}"
+    return json.dumps(value)
+
+
 def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
     from .models import Job
 
@@ -50,6 +58,31 @@ def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
         if isinstance(values[i], str):
             values[i] = json.loads(values[i])
     return Job.from_db(alias, attnames, values)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _from_epoch_us(microseconds: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=microseconds)
+
+
+def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
+             args: list[Any], kwargs: dict[str, Any]) -> Job:
+    """The inserted row, built from what we sent plus the server's (id, run_at,
+    created_at): returning and parsing every column cost ~10% of a single enqueue.
+    The other columns hold their db_default values (test_enqueue checks the two agree)."""
+    from .models import Job
+
+    attnames, _, _ = _columns()
+    values = {
+        "id": row[0], "task": task, "queue": opts["queue"], "priority": opts["priority"],
+        "args": args, "kwargs": kwargs, "status": "pending", "run_at": _from_epoch_us(row[1]),
+        "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
+        "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
+        "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
+    }
+    return Job.from_db(alias, attnames, [values[name] for name in attnames])
 
 
 def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,15 +116,15 @@ def enqueue_one(
     connection = connections[alias]
     _, columns, _ = _columns()
     key = opts["idempotency_key"]
-    with connection.cursor() as cursor:
+    with sql.hot_cursor(connection) as cursor:
         for _ in range(3):
-            cursor.execute(sql.JOB_INSERT.format(columns=columns), [
-                definition.name, opts["queue"], opts["priority"], json.dumps(args),
-                json.dumps(kwargs), opts["run_at"], opts["max_attempts"], key,
+            cursor.execute(sql.JOB_INSERT, [
+                definition.name, opts["queue"], opts["priority"], _json_text(args),
+                _json_text(kwargs), opts["run_at"], opts["max_attempts"], key,
             ])
             row = cursor.fetchone()
             if row is not None:
-                return _row_to_job(alias, row)
+                return _new_job(alias, row, definition.name, opts, args, kwargs)
             # The key exists: return the job that owns it, writing nothing.
             cursor.execute(sql.JOB_BY_KEY.format(columns=columns), [key])
             row = cursor.fetchone()
@@ -163,8 +196,8 @@ def enqueue_batch(
         except TypeError as exc:
             raise TypeError(f"enqueue_many item {index}: {exc}") from None
         row: tuple[Any, ...] = (
-            definition.name, opts["queue"], opts["priority"], json.dumps(args),
-            json.dumps(kwargs), opts["max_attempts"],
+            definition.name, opts["queue"], opts["priority"], _json_text(args),
+            _json_text(kwargs), opts["max_attempts"],
         )
         rows.append((*row, opts["run_at"]) if with_run_at else row)
     if not rows:

@@ -18,7 +18,8 @@ joins the caller's transaction on purpose).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,14 @@ WITH ins AS (
                        idempotency_key)
     VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING {{columns}}
+    RETURNING id, queue, run_at, created_at
 )
-SELECT ins.*, pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text FROM ins
+SELECT ins.id,
+       -- times as exact epoch microseconds: cheaper to decode than timestamptz
+       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
+       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
+       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
+  FROM ins
 """
 
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
@@ -339,6 +345,32 @@ class Claimed:
     idempotency_key: str | None
 
 
+@contextmanager
+def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
+    """A cursor for the hot path (enqueue, claim, complete) that is reused.
+
+    Django's ``connection.cursor()`` builds a new psycopg cursor (with a copy of the
+    adapters map) and a wrapper per call: ~45 us, a seventh of a single enqueue.
+    This keeps Django's semantics that matter here — the connection is opened on
+    demand, a broken atomic block is refused, and errors come out as django.db
+    errors — and falls back to Django's cursor when queries are being logged
+    (DEBUG, assertNumQueries), so they still show up there.
+    """
+    if connection.queries_logged:
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    raw = connection.connection
+    cached = getattr(connection, "_pgjobs_hot_cursor", None)
+    if cached is None or cached[0] is not raw or cached[1].closed:
+        cached = (raw, raw.cursor())
+        connection._pgjobs_hot_cursor = cached  # type: ignore[attr-defined]
+    with connection.wrap_database_errors:
+        yield cached[1]
+
+
 def claim(
     connection: BaseDatabaseWrapper, *, worker: str, queues: Sequence[str] | None, n: int
 ) -> list[Claimed]:
@@ -352,7 +384,7 @@ def claim(
     else:
         statement = JOB_CLAIM_QUEUES
         params["queues"] = list(queues)
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
@@ -379,7 +411,7 @@ def complete_many(
     ids = [i[0] for i in items]
     leases = [i[1] for i in items]
     values = [None if i[2] is None else json.dumps(i[2], allow_nan=False) for i in items]
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "values": values})
         return {row[0] for row in cursor.fetchall()}
 

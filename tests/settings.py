@@ -31,6 +31,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"].setdefault("TEST", {})
+if os.environ.get("PGJOBS_TEST_SERVER_SIDE_BINDING") == "1":
+    # Django's psycopg 3 options that make psycopg prepare repeated statements (as
+    # the benchmark does); CI runs one leg of the suite with them.
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 if os.environ.get("PGJOBS_WORKER_DB_NAME"):
     # A runjobs subprocess started by a test: use the test database as is.
     DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]

@@ -32,7 +32,8 @@ def test_enqueue_returns_the_row_with_definition_defaults() -> None:
     assert job.attempts == 0 and job.lease == 0
     assert job.run_at <= timezone.now()
     fresh = Job.objects.get(pk=job.pk)
-    assert (fresh.args, fresh.kwargs, fresh.run_at) == (job.args, job.kwargs, job.run_at)
+    for field in Job._meta.concrete_fields:  # every column, as the database has it
+        assert getattr(job, field.attname) == getattr(fresh, field.attname), field.attname
 
 
 def test_max_attempts_default_comes_from_settings(settings: Any) -> None:
@@ -215,3 +216,29 @@ def test_bad_batch_writes_nothing_even_when_early_items_are_fine() -> None:
     with pytest.raises(TypeError, match="item 100"):
         add.enqueue_many(calls)
     assert not Job.objects.exists()
+
+
+def test_enqueue_shows_in_query_logging(django_assert_num_queries: Any) -> None:
+    """The hot-path cursor falls back to Django's when queries are logged."""
+    with django_assert_num_queries(1):
+        add.enqueue(1, 2)
+
+
+def test_enqueue_refuses_a_broken_atomic_block() -> None:
+    from django.db.transaction import TransactionManagementError
+
+    with transaction.atomic():
+        transaction.set_rollback(True)  # as after a caught database error
+        with pytest.raises(TransactionManagementError):
+            add.enqueue(1, 2)
+
+
+def test_database_errors_come_out_as_django_errors() -> None:
+    from django.db import IntegrityError as DjangoIntegrityError
+
+    with pytest.raises(DjangoIntegrityError), transaction.atomic():
+        # a CHECK constraint the validation would normally catch first
+        from django_pgjobs import sql
+
+        with sql.hot_cursor(connection) as cursor:
+            cursor.execute("INSERT INTO django_pgjobs_job (task, priority) VALUES ('x', 500)")

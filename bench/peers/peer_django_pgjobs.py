@@ -61,8 +61,11 @@ class Adapter(benchlib.Adapter):
             "batch": BATCH,
             "listen_notify": LISTEN,
             "poll_interval_s": POLL,
+            "queues": "default",
             "extra_args": EXTRA,
             "conn_max_age": None,
+            "database_options": "server_side_binding=True, prepare_threshold=5"
+            if os.environ.get("BENCH_PGJOBS_PREPARE", "1") == "1" else "Django defaults",
             "task": "sync def no-op (@job)",
             "driver": f"psycopg {_pkg_version('psycopg')}",
         }
@@ -87,8 +90,11 @@ class Adapter(benchlib.Adapter):
         return {"BENCH_PGJOBS_LISTEN": "1" if LISTEN else "0", "BENCH_PGJOBS_POLL": str(POLL)}
 
     def worker_commands(self) -> list[list[str]]:
+        # --queues default: the benchmark's jobs all go to the default queue, and naming
+        # it lets the worker use the single-queue claim (no scan for other queues).
         argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
-                f"--concurrency={CONCURRENCY}", f"--batch={BATCH}", "--verbosity=0", *EXTRA]
+                "--queues=default", f"--concurrency={CONCURRENCY}", f"--batch={BATCH}",
+                "--verbosity=0", *EXTRA]
         if not LISTEN:
             argv.append("--no-listen")
         return [list(argv) for _ in range(WORKERS)]

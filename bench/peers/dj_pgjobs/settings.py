@@ -16,6 +16,13 @@ DATABASES = {
         "HOST": os.environ.get("BENCH_PGHOST", "127.0.0.1"),
         "PORT": os.environ.get("BENCH_PGPORT", "5432"),
         "CONN_MAX_AGE": None,
+        # Django's documented psycopg 3 options: server-side parameter binding, and
+        # psycopg preparing a statement after it ran 5 times (enqueue, claim,
+        # complete). Not for pgbouncer < 1.21 in transaction mode (docs/howto/pgbouncer.md).
+        "OPTIONS": (
+            {"server_side_binding": True, "prepare_threshold": 5}
+            if os.environ.get("BENCH_PGJOBS_PREPARE", "1") == "1" else {}
+        ),
     }
 }
 PGJOBS = {
