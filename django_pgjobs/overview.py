@@ -98,6 +98,8 @@ class TableHealth:
     # status -> estimated rows, from the status column's statistics (jobs table only);
     # empty when there are none yet.
     status_estimates: dict[str, int] = field(default_factory=dict)
+    # False when autovacuum is off for the server or for this table.
+    autovacuum_enabled: bool = True
 
     @property
     def dead_ratio(self) -> float:
@@ -172,7 +174,7 @@ def table_health(connection: BaseDatabaseWrapper,
                  table: str = sql.JOB) -> tuple[datetime, TableHealth]:
     """(database now, statistics of ``table``) from the catalog only."""
     (now, name, reltuples, size, live, dead, last_av, last_v, last_aa, av_count, reloptions,
-     mcv, freqs) = _rows(connection, sql.TABLE_HEALTH, {"table": table})[0]
+     mcv, freqs, autovacuum) = _rows(connection, sql.TABLE_HEALTH, {"table": table})[0]
     estimated = round(reltuples) if reltuples >= 0 else None  # -1: never analyzed
     estimates: dict[str, int] = {}
     if mcv and freqs and estimated is not None:
@@ -186,6 +188,7 @@ def table_health(connection: BaseDatabaseWrapper,
         autovacuum_count=av_count,
         storage_parameters=dict(opt.split("=", 1) for opt in (reloptions or [])),
         total_bytes=int(size), estimated_rows=estimated, status_estimates=estimates,
+        autovacuum_enabled=bool(autovacuum),
     )
 
 

@@ -594,7 +594,11 @@ SELECT now(), c.relname, c.reltuples::float8, pg_total_relation_size(c.oid),
        (SELECT most_common_vals::text FROM pg_stats
          WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status'),
        (SELECT most_common_freqs FROM pg_stats
-         WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status')
+         WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status'),
+       -- autovacuum off (server-wide, or for this table) means nothing reclaims
+       -- the two dead tuples every job leaves behind
+       current_setting('autovacuum')::bool
+         AND NOT COALESCE('autovacuum_enabled=false' = ANY(c.reloptions), false)
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
   LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid

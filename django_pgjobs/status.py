@@ -107,6 +107,13 @@ def warnings(status: Status) -> list[str]:
             "transactions (pg_stat_activity.xact_start) and idle-in-transaction sessions, "
             "and check the storage parameters below."
         )
+    if not jobs.autovacuum_enabled:
+        out.append(
+            f"autovacuum is off for {jobs.table} (server setting 'autovacuum' or the table's "
+            "autovacuum_enabled): every job leaves two dead tuples that nothing reclaims, so "
+            "the table and the claim index will bloat. Turn it on, or VACUUM the table "
+            "on a schedule."
+        )
     missing = [p for p in EXPECTED_AUTOVACUUM if p not in jobs.storage_parameters]
     if missing:
         out.append(f"{jobs.table} lacks the autovacuum storage parameters {', '.join(missing)} "

@@ -203,8 +203,6 @@ class Worker:
                     pool.submit(entry)
                 if got == want:
                     continue  # there may be more due work: claim again at once
-                if self.burst and got == 0 and not self.inflight:
-                    break
             if self.burst and got == 0 and not self.inflight:
                 break
             # Idle or full: sleep until NOTIFY, a freed slot, or the jittered poll.

@@ -96,10 +96,27 @@ def test_warns_when_dead_tuples_dominate_or_parameters_are_missing() -> None:
     texts = " ".join(status.warnings(replace(base, tables=[bloated, base.tables[1]])))
     assert "dead tuples dominate django_pgjobs_job: 9000 dead vs 1000 live" in texts
     assert "lacks the autovacuum storage parameters" in texts
-    healthy = replace(table, live_tuples=9000, dead_tuples=1000, dead_share=0.1)
+    healthy = replace(table, live_tuples=9000, dead_tuples=1000, dead_share=0.1,
+                      autovacuum_enabled=True)
     assert status.warnings(replace(base, tables=[healthy, base.tables[1]])) == []
 
 
 def test_due_work_without_a_worker_warns() -> None:
     run("INSERT INTO django_pgjobs_job (task, queue) VALUES ('t', 'orphan')")
     assert any("no live worker serves this queue" in w for w in status.collect().warnings)
+
+
+def test_warns_when_autovacuum_is_off_for_the_jobs_table() -> None:
+    def autovacuum_warnings() -> list[str]:
+        return [w for w in status.warnings(status.collect()) if "autovacuum is off" in w]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        server_on = cursor.fetchone()[0] == "on"
+    assert bool(autovacuum_warnings()) is not server_on
+    run("ALTER TABLE django_pgjobs_job SET (autovacuum_enabled = false)")
+    try:
+        assert len(autovacuum_warnings()) == 1
+        assert status.collect().tables[0].autovacuum_enabled is False
+    finally:
+        run("ALTER TABLE django_pgjobs_job RESET (autovacuum_enabled)")
