@@ -35,20 +35,29 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
     return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
 
 
+def report_fenced(claimed: sql.Claimed, write: str, *, worker: str | None,
+                  consequence: str = "") -> None:
+    """A write about ``claimed`` matched no row because its lease moved on: warn and
+    send ``job_fenced``. Every fenced write (complete, retry, dead, release,
+    heartbeat) is reported here, the same way."""
+    logger.warning(
+        "job %s (%s, attempt %s): lease %s lost; the %s write changed nothing "
+        "(the job was reclaimed, cancelled or retried elsewhere)%s",
+        claimed.id, claimed.task, claimed.attempt, claimed.lease, write, consequence,
+        extra=log_extra(claimed, worker),
+    )
+    signals.send(signals.job_fenced, job_id=claimed.id, task=claimed.task,
+                 lease=claimed.lease, worker=worker, write=write)
+
+
 def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
     """Log and signal what happened; never raises."""
     base = {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
             "lease": claimed.lease, "worker": worker}
     extra = log_extra(claimed, worker)
     if not ours:
-        write_name = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
-        logger.warning(
-            "job %s (%s, attempt %s): lease %s lost; the %s write changed nothing "
-            "(the job was reclaimed, cancelled or retried elsewhere)",
-            claimed.id, claimed.task, claimed.attempt, claimed.lease, write_name, extra=extra,
-        )
-        signals.send(signals.job_fenced, write=write_name, **{
-            k: base[k] for k in ("job_id", "task", "lease", "worker")})
+        write = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
+        report_fenced(claimed, write, worker=worker)
         return
     if outcome.kind == "completed":
         logger.debug("job %s (%s) completed", claimed.id, claimed.task, extra=extra)

@@ -157,6 +157,16 @@ WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
 # Fenced writes about claimed jobs
 # ---------------------------------------------------------------------------
 
+def _lock_ours(source: str) -> str:
+    """The running rows of ``source`` (id, lease) that are still ours, locked in id
+    order: the shared first step of the heartbeat and the batched completion, so the
+    two can never wait on each other in a cycle."""
+    return f"""SELECT j.id FROM {JOB} j JOIN {source} ON j.id = {source}.id AND j.lease = {source}.lease
+     WHERE j.status = '{JobStatus.RUNNING}'
+     ORDER BY j.id
+       FOR NO KEY UPDATE OF j"""
+
+
 # Refresh the heartbeat of all of a worker's in-flight jobs in one statement.
 # Rows are locked in id order (see module docstring). Returns the ids whose lease
 # is no longer ours: reclaimed, cancelled or retried by someone else.
@@ -164,10 +174,7 @@ JOB_HEARTBEAT = f"""
 WITH f AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS f(id, lease)
 ), mine AS (
-    SELECT j.id FROM {JOB} j JOIN f ON j.id = f.id AND j.lease = f.lease
-     WHERE j.status = '{JobStatus.RUNNING}'
-     ORDER BY j.id
-       FOR NO KEY UPDATE OF j
+    {_lock_ours("f")}
 ), touched AS (
     -- asynchronous commit, as for claims: a lost heartbeat only ages the row
     UPDATE {JOB} AS j SET heartbeat_at = now() FROM mine, {ASYNC_COMMIT}
@@ -186,10 +193,7 @@ WITH d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])
         AS d(id, lease, value)
 ), mine AS (
-    SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
-     WHERE j.status = '{JobStatus.RUNNING}'
-     ORDER BY j.id
-       FOR NO KEY UPDATE OF j
+    {_lock_ours("d")}
 ), done AS (
     UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now()
       FROM mine WHERE j.id = mine.id

@@ -175,12 +175,9 @@ class Worker:
         connection = connections[self.alias]
         while not self._stop.is_set():
             self._wakeup.clear()
-            free = self.concurrency - len(self.inflight)
-            if self.max_jobs is not None:
-                free = min(free, self.max_jobs - self.claimed_count)
-                if free <= 0 and not self.inflight:
-                    break
-            want = min(free, self.batch)
+            want = self._claimable()
+            if want <= 0 and self.max_jobs is not None and not self.inflight:
+                break
             if 0 < want < self.min_claim and self.inflight:
                 want = self._gather_slots(want)
             got = 0
@@ -218,9 +215,15 @@ class Worker:
                 break
             self._wakeup.wait(left)
             self._wakeup.clear()
-            want = min(self.concurrency - len(self.inflight), self.batch)
-            if self.max_jobs is not None:
-                want = min(want, self.max_jobs - self.claimed_count)
+            want = self._claimable()
+        return want
+
+    def _claimable(self) -> int:
+        """How many jobs the next claim may take: free slots, at most --batch, and
+        no more than --max-jobs leaves."""
+        want = min(self.concurrency - len(self.inflight), self.batch)
+        if self.max_jobs is not None:
+            want = min(want, self.max_jobs - self.claimed_count)
         return want
 
     def _drain(self, pool: JobRunners[InFlight]) -> bool:
@@ -249,14 +252,7 @@ class Worker:
             else:
                 # A zombie's release: fenced like every other write, so say so.
                 self.counts["fenced"] += 1
-                logger.warning(
-                    "job %s (%s): lease %s lost; the release write changed nothing "
-                    "(the job was reclaimed, cancelled or retried elsewhere)",
-                    entry.claimed.id, entry.claimed.task, entry.claimed.lease,
-                    extra=outcomes.log_extra(entry.claimed, self.id))
-                signals.send(signals.job_fenced, job_id=entry.claimed.id,
-                             task=entry.claimed.task, lease=entry.claimed.lease,
-                             worker=self.id, write="release")
+                outcomes.report_fenced(entry.claimed, "release", worker=self.id)
         return False
 
     # ------------------------------------------------------------------ job threads
@@ -355,13 +351,8 @@ class Worker:
                     if entry is None or entry.context.is_cancelled():
                         continue
                     entry.context.cancel()
-                    logger.warning(
-                        "job %s (%s): lease %s lost (cancelled or reclaimed); the heartbeat "
-                        "changed nothing and the job's result will be rejected",
-                        job_id, entry.claimed.task, entry.claimed.lease,
-                        extra=outcomes.log_extra(entry.claimed, self.id))
-                    signals.send(signals.job_fenced, job_id=job_id, task=entry.claimed.task,
-                                 lease=entry.claimed.lease, worker=self.id, write="heartbeat")
+                    outcomes.report_fenced(entry.claimed, "heartbeat", worker=self.id,
+                                           consequence="; its result will be rejected")
         finally:
             connection.close()
 
