@@ -38,7 +38,7 @@ def _columns() -> tuple[list[str], str, frozenset[int]]:
     attnames = [f.attname for f in fields]
     columns = ", ".join(str(f.column) for f in fields)
     json_positions = frozenset(i for i, f in enumerate(fields) if isinstance(f, JSONField))
-    return attnames, columns, json_positions
+    return attnames, sql.JOB_BY_KEY.format(columns=columns), json_positions
 
 
 def _json_text(value: list[Any] | dict[str, Any]) -> str:
@@ -114,7 +114,7 @@ def enqueue_one(
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
     connection = connections[alias]
-    _, columns, _ = _columns()
+    _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
     with sql.hot_cursor(connection) as cursor:
         for _ in range(3):
@@ -126,7 +126,7 @@ def enqueue_one(
             if row is not None:
                 return _new_job(alias, row, definition.name, opts, args, kwargs)
             # The key exists: return the job that owns it, writing nothing.
-            cursor.execute(sql.JOB_BY_KEY.format(columns=columns), [key])
+            cursor.execute(job_by_key, [key])
             row = cursor.fetchone()
             if row is not None:
                 return _row_to_job(alias, row)
