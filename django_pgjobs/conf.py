@@ -34,6 +34,16 @@ DEFAULTS: dict[str, Any] = {
     "CRON": {},
     "CRON_ENGINE": "builtin",
     "LISTEN": True,
+    # Release 0.2 (each key's behaviour is owned by the module named in its comment).
+    "PREPARE": "auto",            # sql.hot_cursor: server-side prepared hot statements
+    "MAX_ARGS_BYTES": 1_048_576,  # enqueue: encoded args + kwargs of one job
+    "MAX_RESULT_BYTES": 1_048_576,  # executor: encoded return value of one job
+    "MAX_ERRORS_KEPT": 20,        # outcomes: error entries kept per job (oldest dropped)
+    "DEFAULT_TIMEOUT": None,      # executor/worker: seconds a run may take (None: no limit)
+    "UNKNOWN_TASK_TIMEOUT": 3600.0,  # worker: dead-letter jobs no live worker knows after this
+    "QUEUES": {},                 # flow control: name -> {"max_running", "rate", "paused"}
+    "JOB_MODULES": [],            # registry: extra modules to import for @job functions
+    "METRICS_PORT": None,         # metrics: runjobs serves Prometheus /metrics on this port
 }
 
 DURATION_KEYS = frozenset(
@@ -48,6 +58,7 @@ DURATION_KEYS = frozenset(
         "PRUNER_INTERVAL",
         "CRON_INTERVAL",
         "CRON_CATCHUP_WINDOW",
+        "UNKNOWN_TASK_TIMEOUT",
     }
 )
 
@@ -96,6 +107,15 @@ class PgJobsSettings:
     CRON: dict[str, dict[str, Any]] = field(default_factory=dict)
     CRON_ENGINE: str = "builtin"
     LISTEN: bool = True
+    PREPARE: bool | str = "auto"
+    MAX_ARGS_BYTES: int = 1_048_576
+    MAX_RESULT_BYTES: int = 1_048_576
+    MAX_ERRORS_KEPT: int = 20
+    DEFAULT_TIMEOUT: float | None = None
+    UNKNOWN_TASK_TIMEOUT: float = 3600.0
+    QUEUES: dict[str, dict[str, Any]] = field(default_factory=dict)
+    JOB_MODULES: list[str] = field(default_factory=list)
+    METRICS_PORT: int | None = None
 
 
 def raw_settings() -> dict[str, Any]:
@@ -120,7 +140,8 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
             if seconds <= 0:
                 raise SettingsError(f"{name} must be positive, got {value!r}")
             out[key] = seconds
-        elif key in ("MAX_ATTEMPTS", "BATCH_SIZE"):
+        elif key in ("MAX_ATTEMPTS", "BATCH_SIZE", "MAX_ARGS_BYTES", "MAX_RESULT_BYTES",
+                     "MAX_ERRORS_KEPT"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SettingsError(f"{name} must be a whole number >= 1, got {value!r}")
             out[key] = value
@@ -131,6 +152,35 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
         elif key == "LISTEN":
             if not isinstance(value, bool):
                 raise SettingsError(f"{name} must be True or False, got {value!r}")
+            out[key] = value
+        elif key == "PREPARE":
+            if not (value == "auto" or isinstance(value, bool)):
+                raise SettingsError(f"{name} must be 'auto', True or False, got {value!r}")
+            out[key] = value
+        elif key == "DEFAULT_TIMEOUT":
+            if value is None:
+                out[key] = None
+            else:
+                seconds = to_seconds(value, name)
+                if seconds <= 0:
+                    raise SettingsError(f"{name} must be positive or None (no limit), "
+                                        f"got {value!r}")
+                out[key] = seconds
+        elif key == "QUEUES":
+            # Entries are validated by the flow-control module (system check).
+            if not isinstance(value, dict):
+                raise SettingsError(f"{name} must be a dict of queue name -> options")
+            out[key] = value
+        elif key == "JOB_MODULES":
+            if isinstance(value, str) or not isinstance(value, list | tuple) or not all(
+                    isinstance(m, str) and m for m in value):
+                raise SettingsError(f"{name} must be a list of module paths, got {value!r}")
+            out[key] = list(value)
+        elif key == "METRICS_PORT":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value <= 65535):
+                raise SettingsError(f"{name} must be a port number (0-65535) or None, "
+                                    f"got {value!r}")
             out[key] = value
         elif key == "RETENTION":
             if not isinstance(value, dict):
