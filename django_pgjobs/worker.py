@@ -192,6 +192,9 @@ class Worker:
                     continue
                 got = len(claimed)
                 self.claimed_count += got
+                if got and signals.jobs_claimed.receivers:
+                    signals.send(signals.jobs_claimed, worker=self.id,
+                                 jobs=[(c.id, c.task, c.queue) for c in claimed])
                 entries = [InFlight(c, make_context(c, self.id)) for c in claimed]
                 with self._lock:
                     for entry in entries:
@@ -247,6 +250,10 @@ class Worker:
             entry.context.cancel()
             if ok:
                 self.counts["released"] += 1
+                signals.send(signals.job_released, job_id=entry.claimed.id,
+                             task=entry.claimed.task, queue=entry.claimed.queue,
+                             attempt=entry.claimed.attempt, lease=entry.claimed.lease,
+                             worker=self.id)
                 logger.warning("released job %s (%s) unfinished at shutdown; attempt not counted",
                                entry.claimed.id, entry.claimed.task)
             else:
@@ -262,7 +269,8 @@ class Worker:
         try:
             if signals.job_started.receivers:
                 signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
-                             attempt=claimed.attempt, lease=claimed.lease, worker=self.id)
+                             queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
+                             worker=self.id)
             outcome = execute(claimed, worker=self.id, alias=self.alias, context=entry.context)
         except BaseException as exc:  # noqa: BLE001 - execute() should not raise; be safe
             from .executor import error_entry

@@ -284,3 +284,24 @@ if os.environ.get("PGJOBS_FAULT_RAISING_RECEIVERS"):
 @job
 def fault_anything(*args: Any, **kwargs: Any) -> None:
     """Accepts any arguments: the bad-input property test enqueues generated values."""
+
+
+# -- metrics and tracing (tests/test_metrics*.py, tests/test_tracing.py)
+
+@job(queue="traced", max_attempts=2)
+def traced_fails_once(marker: str) -> str:
+    """Fails on its first run, succeeds on the second (two spans of one trace)."""
+    with open(marker, "a") as fh:
+        fh.write("x")
+    with open(marker) as fh:
+        if len(fh.read()) < 2:
+            raise RuntimeError("first run fails")
+    return "ok"
+
+
+try:  # @job(timeout=...) is release 0.2's (h-core); absent before it lands
+    @job(timeout=0.3, max_attempts=1)
+    def times_out(seconds: float) -> None:
+        time.sleep(seconds)
+except TypeError:
+    times_out = None  # type: ignore[assignment]

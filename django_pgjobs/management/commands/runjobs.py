@@ -9,8 +9,10 @@ import threading
 from argparse import ArgumentTypeError
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_pgjobs.conf import get_settings
 from django_pgjobs.validation import check_queue
 from django_pgjobs.worker import Worker
 
@@ -32,6 +34,16 @@ def positive_float(value: str) -> float:
         raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not number > 0 or number == float("inf"):
         raise ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def port_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= number <= 65535:
+        raise ArgumentTypeError(f"must be a port number (0-65535; 0 picks a free one), got {number}")
     return number
 
 
@@ -71,6 +83,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-maintenance", action="store_true",
                             help="do not run the reaper, pruner and cron ticker in this process")
         parser.add_argument("--worker-id", default=None, help="id recorded on claimed jobs")
+        parser.add_argument("--metrics-port", type=port_number, default=None,
+                            help="serve Prometheus metrics at /metrics on this port (0: a free "
+                                 "port, printed at start; default PGJOBS METRICS_PORT)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity = options["verbosity"]
@@ -87,7 +102,14 @@ class Command(BaseCommand):
             maintenance=not options["no_maintenance"],
             worker_id=options["worker_id"],
         )
-        code = worker.run()
+        metrics = self._start_metrics(options["metrics_port"], options["queues"])
+        try:
+            code = worker.run()
+        finally:
+            if metrics:
+                from django_pgjobs import metrics as metrics_module
+
+                metrics_module.stop()
         if verbosity >= 1:
             self.stdout.write(f"worker {worker.id} done: {worker.counts}")
         # Job threads still running after a timed-out shutdown were released; do not
@@ -98,3 +120,23 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             sys.exit(code)
+
+    def _start_metrics(self, port: int | None, queues: list[str] | None) -> bool:
+        """``--metrics-port`` (or PGJOBS METRICS_PORT): serve /metrics before claiming."""
+        if port is None:
+            port = get_settings().METRICS_PORT
+        if port is None:
+            return False
+        try:
+            from django_pgjobs import metrics
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"--metrics-port: {exc}") from None
+        try:
+            _, bound = metrics.start(port, queues=queues)
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port}: cannot listen on it ({exc}); give each "
+                               "worker process on a host its own port, or 0 for a free one"
+                               ) from None
+        self.stdout.write(f"serving Prometheus metrics at http://0.0.0.0:{bound}/metrics")
+        self.stdout.flush()
+        return True
