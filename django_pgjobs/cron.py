@@ -313,6 +313,7 @@ class CronTicker:
                         schedule.task, schedule.queue, schedule.priority,
                         json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
                         schedule.max_attempts or self.default_max_attempts, key,
+                        None,  # trace_context: a schedule fires outside any trace
                     ])
                     row = cursor.fetchone()
                     if row is None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql
+from . import registry, sql, tracing
 from .conf import get_settings
 from .validation import check_arguments, check_options
 
@@ -68,7 +68,8 @@ def _from_epoch_us(microseconds: int) -> datetime:
 
 
 def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
-             args: list[Any], kwargs: dict[str, Any]) -> Job:
+             args: list[Any], kwargs: dict[str, Any],
+             trace_context: dict[str, str] | None = None) -> Job:
     """The inserted row, built from what we sent plus the server's (id, run_at,
     created_at): returning and parsing every column cost ~10% of a single enqueue.
     The other columns hold their db_default values (test_enqueue checks the two agree)."""
@@ -81,6 +82,7 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
         "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
         "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
         "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
+        "trace_context": trace_context,
     }
     return Job.from_db(alias, attnames, [values[name] for name in attnames])
 
@@ -116,15 +118,22 @@ def enqueue_one(
     connection = connections[alias]
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
-    with sql.hot_cursor(connection) as cursor:
+    # OpenTelemetry (tracing.py): a send span, whose context the row stores. A
+    # shared no-op context when tracing is off.
+    with tracing.publish(definition.name, opts["queue"]) as publish, \
+            sql.hot_cursor(connection) as cursor:
+        carrier = publish.carrier if publish is not None else None
         for _ in range(3):
             cursor.execute(sql.JOB_INSERT, [
                 definition.name, opts["queue"], opts["priority"], _json_text(args),
                 _json_text(kwargs), opts["run_at"], opts["max_attempts"], key,
+                None if carrier is None else json.dumps(carrier),
             ])
             row = cursor.fetchone()
             if row is not None:
-                return _new_job(alias, row, definition.name, opts, args, kwargs)
+                if publish is not None:
+                    publish.set_message_id(row[0])
+                return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
             # The key exists: return the job that owns it, writing nothing.
             cursor.execute(job_by_key, [key])
             row = cursor.fetchone()
@@ -206,7 +215,14 @@ def enqueue_batch(
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.
-    with transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+    with tracing.publish(definition.name, opts["queue"], len(rows)) as publish, \
+            transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+        traced = publish is not None and publish.carrier is not None
+        if traced:  # one send span for the batch: every job's span is its child
+            assert publish is not None and publish.carrier is not None
+            columns += ", trace_context"
+            context_text = json.dumps(publish.carrier)
+            rows = [(*row, context_text) for row in rows]
         raw = cursor.cursor
         for start in range(0, len(rows), BULK_BATCH):
             with raw.copy(f"COPY {sql.JOB} ({columns}) FROM STDIN") as copy:

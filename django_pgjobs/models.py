@@ -42,6 +42,9 @@ class Job(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     errors = models.JSONField(db_default=models.Value([], models.JSONField()))
     last_error = models.TextField(null=True, blank=True)
+    # W3C trace context (traceparent, tracestate) of the enqueue, when OpenTelemetry
+    # is in use: the worker's span for the job is its child. NULL otherwise.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     objects = JobManager()
 

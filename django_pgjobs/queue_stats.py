@@ -10,6 +10,7 @@ A database error keeps the last snapshot and is retried at the next interval.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from .conf import get_settings
 logger = logging.getLogger("django_pgjobs")
 
 #: Seconds between two reads of the queue gauges (a Prometheus scrape interval is
-#: usually 15-60 s; reading more often would only cost the database).
-REFRESH_INTERVAL = 10.0
+#: usually 15-60 s; reading more often would only cost the database). The
+#: environment variable ``PGJOBS_METRICS_INTERVAL`` overrides it.
+REFRESH_INTERVAL = float(os.environ.get("PGJOBS_METRICS_INTERVAL", "10"))
 
 
 @dataclass(frozen=True)

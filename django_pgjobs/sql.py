@@ -44,8 +44,8 @@ NOTIFY_CHANNEL = "pgjobs"
 JOB_INSERT = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
+                       idempotency_key, trace_context)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s::jsonb)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, run_at, created_at
 )
@@ -85,7 +85,7 @@ UPDATE {JOB} AS j
   FROM picked, {ASYNC_COMMIT}
  WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
-          j.priority, j.idempotency_key
+          j.priority, j.idempotency_key, j.trace_context
 """
 
 # Claim up to n due jobs of ONE queue in claim-index order. The CTE is the
@@ -347,6 +347,7 @@ class Claimed:
     queue: str
     priority: int
     idempotency_key: str | None
+    trace_context: dict[str, str] | None = None  # W3C trace context stored at enqueue
 
 
 @contextmanager
@@ -395,7 +396,8 @@ def claim(
         rows = cursor.fetchall()
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
     return [
-        Claimed(r[0], r[1], _json(r[2]), _json(r[3]), r[4], r[5], r[6], r[7], r[8], r[9])
+        Claimed(r[0], r[1], _json(r[2]), _json(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
+                trace_context=None if r[10] is None else _json(r[10]))
         for r in rows
     ]
 

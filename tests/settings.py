@@ -85,6 +85,8 @@ PGJOBS = {
     "BACKOFF_BASE": 0.05,
     "BACKOFF_CAP": 0.2,
 }
+if os.environ.get("PGJOBS_TEST_METRICS_PORT"):  # tests/test_metrics_process.py
+    PGJOBS["METRICS_PORT"] = int(os.environ["PGJOBS_TEST_METRICS_PORT"])
 
 LOGGING = {
     "version": 1,
@@ -94,6 +96,12 @@ LOGGING = {
 }
 
 TEMP_DIR = tempfile.gettempdir()
+
+if os.environ.get("PGJOBS_TEST_OTEL_FILE"):
+    # A runjobs subprocess of tests/test_tracing.py: export its spans to this file.
+    from tests.otel_export import install
+
+    install(os.environ["PGJOBS_TEST_OTEL_FILE"])
 
 if django.VERSION >= (6, 0):
     # django.tasks on our queue (tests/tasks_backend); its tasks.py is autodiscovered.

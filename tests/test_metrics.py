@@ -10,7 +10,6 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -225,35 +224,3 @@ def test_metrics_without_prometheus_client_names_the_extra(
         call_command("runjobs", "--metrics-port", "0", "--burst")
     job.refresh_from_db()
     assert job.status == "pending" and job.attempts == 0  # nothing was claimed
-
-
-@pytest.mark.django_db(transaction=True)
-def test_metrics_port_setting_and_port_zero(settings: object, capsys: pytest.CaptureFixture
-                                            ) -> None:
-    import urllib.request
-
-    from django_pgjobs.conf import get_settings
-
-    settings.PGJOBS = {**settings.PGJOBS, "METRICS_PORT": 0}  # type: ignore[attr-defined]
-    assert get_settings().METRICS_PORT == 0
-    add.enqueue(2, 3)
-    seen: dict[str, str] = {}
-
-    def scrape_during_run(**kwargs: object) -> None:
-        active = metrics._active
-        assert active is not None
-        port = active.server.server_port
-        seen["text"] = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                              timeout=5).read().decode()
-
-    from django_pgjobs import signals
-
-    signals.job_succeeded.connect(scrape_during_run, dispatch_uid="obs-scrape")
-    out = StringIO()
-    try:
-        call_command("runjobs", "--burst", "--no-maintenance", stdout=out)
-    finally:
-        signals.job_succeeded.disconnect(dispatch_uid="obs-scrape")
-    assert "serving Prometheus metrics at http://0.0.0.0:" in out.getvalue()
-    assert "pgjobs_worker_inflight" in seen["text"]
-    assert metrics._active is None  # stopped with the worker
