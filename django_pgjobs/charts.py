@@ -14,7 +14,10 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, HEIGHT = 560, 170
-LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 22
+LEFT, RIGHT, TOP, BOTTOM = 52, 8, 10, 22
+#: Tops of the lag axis (seconds): round durations.
+LAG_TOPS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
+            86400, 2 * 86400, 7 * 86400)
 
 #: Colours of the outcomes (the admin's status colours) and of the lag lines.
 OUTCOME_COLOURS = {"completed": "#3c8a3e", "dead": "#ba2121", "cancelled": "#888888"}
@@ -37,7 +40,9 @@ def format_seconds(seconds: float) -> str:
         return f"{seconds:.0f} s"
     if seconds < 3600:
         return f"{seconds / 60:.1f} min".replace(".0 ", " ")
-    return f"{seconds / 3600:.1f} h".replace(".0 ", " ")
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h".replace(".0 ", " ")
+    return f"{seconds / 86400:.1f} d".replace(".0 ", " ")
 
 
 def _frame(title: str, desc: str, y_top: str, minutes: Sequence[datetime], body: list[str],
@@ -105,7 +110,8 @@ def finished_chart(minutes: Sequence[datetime], finished: dict[str, list[int]]) 
 def lag_chart(minutes: Sequence[datetime], lag: dict[str, list[float]]) -> SafeString:
     """One line per queue: its lag (age of the oldest due job) at each minute."""
     n = len(minutes)
-    top = _nice_max(max((max(v) for v in lag.values()), default=0.0))
+    longest = max((max(v) for v in lag.values()), default=0.0)
+    top = float(next((t for t in LAG_TOPS if longest <= t), _nice_max(longest)))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     step = plot_w / max(n - 1, 1)
     body: list[str] = []
