@@ -68,8 +68,8 @@ class JobRunners(Generic[T]):
             self._abandoned.add(thread)
             self._threads.remove(thread)
             replacement = self._new_thread()
+            replacement.start()
             self._threads.append(replacement)
-        replacement.start()
 
     @property
     def abandoned_alive(self) -> int:

@@ -159,6 +159,7 @@ class Worker:
         self._signals_seen = 0
         self._busy_sync = 0    # jobs queued on or running in the job threads
         self._busy_async = 0   # async jobs on the event loop
+        self._async_seen = False  # the last claim held async jobs
         self._job_time: float | None = None  # moving average of a sync run (seconds)
         self._pool: JobRunners[InFlight] | None = None
         self._async: AsyncRunner | None = None
@@ -310,6 +311,7 @@ class Worker:
             is_async = bool(self._async is not None and definition is not None
                             and definition.is_async and not definition.atomic)
             entries.append(InFlight(c, make_context(c, self.id), is_async, timeout))
+        self._async_seen = any(e.is_async for e in entries)
         with self._lock:
             for entry in entries:
                 self.inflight[entry.claimed.id] = entry
@@ -361,7 +363,10 @@ class Worker:
             return 0
         want = max(0, self.concurrency + self._prefetch() - busy_sync)
         if self._async is not None:
-            want += max(0, self.async_concurrency - busy_async)
+            # Free loop slots count in full only while async jobs are being claimed;
+            # otherwise one, to notice them: sync jobs are not hoarded for async slots.
+            free_async = max(0, self.async_concurrency - busy_async)
+            want += free_async if self._async_seen else min(1, free_async)
         want = min(want, self.batch)
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.claimed_count)
