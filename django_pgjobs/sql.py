@@ -479,15 +479,23 @@ def _may_prepare(connection: BaseDatabaseWrapper, raw: Any) -> bool:
     setting = get_settings().PREPARE
     if setting is False or (setting == "auto" and _prepare_disabled):
         return False
-    if setting is True:
-        return True
-    with raw.cursor() as cursor:
-        cursor.execute("SELECT current_setting('port')")
-        row = cursor.fetchone()
-    try:
-        return row is not None and int(row[0]) == int(raw.info.port)
-    except (TypeError, ValueError):
-        return False
+    if setting == "auto":
+        options = connection.settings_dict.get("OPTIONS") or {}
+        if "prepare_threshold" in options and options["prepare_threshold"] is None:
+            return False  # the project switched psycopg's prepared statements off itself
+        with raw.cursor() as cursor:
+            cursor.execute("SELECT current_setting('port')")
+            row = cursor.fetchone()
+        try:
+            if row is None or int(row[0]) != int(raw.info.port):
+                return False
+        except (TypeError, ValueError):
+            return False
+    if raw.prepare_threshold is None:
+        # Django's client-side binding leaves psycopg's preparing off; turn it on
+        # for our explicit prepare=True only (no count ever reaches the threshold).
+        raw.prepare_threshold = 2**31 - 1
+    return True
 
 
 @contextmanager
