@@ -21,8 +21,12 @@ logger = logging.getLogger("django_pgjobs")
 class AsyncRunner:
     """``submit(key, item)`` runs ``target(item)`` as a task on the runner's loop."""
 
-    def __init__(self, target: Callable[[Any], Awaitable[None]], name: str = "pgjobs-async"):
+    def __init__(self, target: Callable[[Any], Awaitable[None]], limit: int,
+                 name: str = "pgjobs-async"):
         self._target = target
+        # At most ``limit`` run at once; the others wait their turn (not yet started:
+        # their timeout has not begun).
+        self._slots = asyncio.Semaphore(limit)
         self.loop = asyncio.new_event_loop()
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
         self._ready = threading.Event()
@@ -56,7 +60,8 @@ class AsyncRunner:
 
     async def _guarded(self, key: Hashable, item: Any) -> None:
         try:
-            await self._target(item)
+            async with self._slots:
+                await self._target(item)
         except asyncio.CancelledError:
             pass
         except BaseException:  # noqa: BLE001 - the loop must outlive any job

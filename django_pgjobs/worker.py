@@ -159,7 +159,7 @@ class Worker:
         self._signals_seen = 0
         self._busy_sync = 0    # jobs queued on or running in the job threads
         self._busy_async = 0   # async jobs on the event loop
-        self._async_seen = False  # the last claim held async jobs
+        self._claim_kind = "sync"  # what the last claim brought: sync, async or mixed
         self._job_time: float | None = None  # moving average of a sync run (seconds)
         self._pool: JobRunners[InFlight] | None = None
         self._async: AsyncRunner | None = None
@@ -204,7 +204,7 @@ class Worker:
         pool: JobRunners[InFlight] = JobRunners(self.concurrency, self._run_job, "pgjobs-job")
         self._pool = pool
         if use_async:
-            self._async = AsyncRunner(self._run_async)
+            self._async = AsyncRunner(self._run_async, self.async_concurrency)
         helpers: list[threading.Thread] = [
             threading.Thread(target=self._completer, name="pgjobs-completer", daemon=True),
             threading.Thread(target=self._heartbeat, name="pgjobs-heartbeat", daemon=True),
@@ -311,7 +311,8 @@ class Worker:
             is_async = bool(self._async is not None and definition is not None
                             and definition.is_async and not definition.atomic)
             entries.append(InFlight(c, make_context(c, self.id), is_async, timeout))
-        self._async_seen = any(e.is_async for e in entries)
+        kinds = {e.is_async for e in entries}
+        self._claim_kind = "mixed" if len(kinds) == 2 else "async" if True in kinds else "sync"
         with self._lock:
             for entry in entries:
                 self.inflight[entry.claimed.id] = entry
@@ -361,12 +362,18 @@ class Worker:
             unwritten = len(self.inflight) - busy_sync - busy_async
         if unwritten >= self.max_unwritten:
             return 0
-        want = max(0, self.concurrency + self._prefetch() - busy_sync)
+        sync_part = max(0, self.concurrency + self._prefetch() - busy_sync)
         if self._async is not None:
-            # Free loop slots count in full only while async jobs are being claimed;
-            # otherwise one, to notice them: sync jobs are not hoarded for async slots.
-            free_async = max(0, self.async_concurrency - busy_async)
-            want += free_async if self._async_seen else min(1, free_async)
+            # A claim cannot choose sync or async jobs: size it for the kind the last
+            # claim brought, plus one to notice the other kind, so neither kind is
+            # hoarded for the other's free slots.
+            async_part = max(0, self.async_concurrency - busy_async)
+            if self._claim_kind == "async":
+                sync_part = min(1, sync_part) if async_part else 0
+            elif self._claim_kind != "mixed":
+                async_part = min(1, async_part) if sync_part else 0
+            sync_part += async_part
+        want = sync_part
         want = min(want, self.batch)
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.claimed_count)

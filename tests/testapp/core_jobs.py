@@ -52,9 +52,11 @@ def watches_cancel(context: JobContext, seconds: float = 10.0) -> bool:
 
 
 @job(max_attempts=1)
-async def async_sleep(seconds: float = 0.05) -> float:
+async def async_sleep(seconds: float = 0.05) -> list[float]:
+    """Returns when it really ran: [start, end] (epoch seconds)."""
+    start = time.time()
     await asyncio.sleep(seconds)
-    return seconds
+    return [start, time.time()]
 
 
 @job(max_attempts=1, timeout=0.5)
