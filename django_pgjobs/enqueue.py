@@ -81,6 +81,7 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
         "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
         "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
         "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
+        "timeout": opts["timeout"],
     }
     return Job.from_db(alias, attnames, [values[name] for name in attnames])
 
@@ -97,6 +98,9 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
         "run_at": run_at,
         "max_attempts": max_attempts or get_settings().MAX_ATTEMPTS,
         "idempotency_key": options.get("idempotency_key"),
+        # Stored only when given per call; the worker falls back to the @job option
+        # and then to PGJOBS["DEFAULT_TIMEOUT"] (JobDefinition.effective_timeout).
+        "timeout": options.get("timeout"),
     }
 
 
@@ -121,6 +125,7 @@ def enqueue_one(
             cursor.execute(sql.JOB_INSERT, [
                 definition.name, opts["queue"], opts["priority"], _json_text(args),
                 _json_text(kwargs), opts["run_at"], opts["max_attempts"], key,
+                opts["timeout"],
             ])
             row = cursor.fetchone()
             if row is not None:
@@ -203,6 +208,9 @@ def enqueue_batch(
     if not rows:
         return 0
     columns = "task, queue, priority, args, kwargs, max_attempts" + (", run_at" if with_run_at else "")
+    if opts["timeout"] is not None:
+        rows = [(*row, opts["timeout"]) for row in rows]
+        columns += ", timeout"
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.

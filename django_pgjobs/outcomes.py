@@ -27,12 +27,24 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
     if outcome.written or outcome.kind == "fenced":
         return outcome.kind != "fenced"
     if outcome.kind == "completed":
-        return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, outcome.value)]))
+        return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, stored(outcome))]))
     assert outcome.error is not None
+    if outcome.extra.get("timed_out"):
+        status = sql.timed_out(connection, id=claimed.id, lease=claimed.lease,
+                               retry=outcome.kind == "retry", delay=outcome.delay,
+                               error=outcome.error)
+        if status == "dead" and outcome.kind == "retry":
+            outcome.kind = "dead"  # attempts used up meanwhile (the statement decides)
+        return status is not None
     if outcome.kind == "retry":
         return sql.retry(connection, id=claimed.id, lease=claimed.lease, delay=outcome.delay,
                          error=outcome.error)
     return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+
+
+def stored(outcome: Outcome) -> Any:
+    """The value to store for a completion: the job thread's encoding when it made one."""
+    return outcome.value if outcome.encoded is None else sql.Encoded(outcome.encoded)
 
 
 def report_fenced(claimed: sql.Claimed, write: str, *, worker: str | None,
@@ -68,7 +80,11 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
                     _describe(outcome), outcome.delay, extra=extra)
         signals.send(signals.job_failed, exception=outcome.exception,
                      retry_in=outcome.delay, **base)
-    elif outcome.kind == "dead":
+    if outcome.extra.get("timed_out"):
+        signals.send(signals.job_timed_out, job_id=claimed.id, task=claimed.task,
+                     queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
+                     worker=worker, retry_in=outcome.delay if outcome.kind == "retry" else None)
+    if outcome.kind == "dead":
         logger.error("job %s (%s, attempt %s/%s) dead-lettered: %s",
                      claimed.id, claimed.task, claimed.attempt, claimed.max_attempts,
                      _describe(outcome), extra=extra)

@@ -44,8 +44,8 @@ NOTIFY_CHANNEL = "pgjobs"
 JOB_INSERT = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
+                       idempotency_key, timeout)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, run_at, created_at
 )
@@ -85,7 +85,7 @@ UPDATE {JOB} AS j
   FROM picked, {ASYNC_COMMIT}
  WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
-          j.priority, j.idempotency_key
+          j.priority, j.idempotency_key, j.timeout
 """
 
 # Claim up to n due jobs of ONE queue in claim-index order. The CTE is the
@@ -206,28 +206,98 @@ WITH d AS (
     ON CONFLICT DO NOTHING
 )
 SELECT id FROM done
+UNION ALL
+-- Already completed under OUR lease: an earlier run of this very write committed
+-- (its reply was lost, or the batch was retried after an error). The statement's
+-- snapshot predates ``done``, so a row is never counted twice.
+SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
+ WHERE j.status = '{JobStatus.COMPLETED}'
 """
 
 # A failed attempt with attempts left: back to pending after the backoff delay.
+# Guarded by attempts: a row whose attempts are used up is dead-lettered instead,
+# whatever the caller decided, so no row is ever pending with attempts =
+# max_attempts (its next claim would violate attempts_in_bounds and fail the whole
+# claim statement). The second SELECT recognises our own earlier committed write
+# (same lease, already pending or dead): a retried write reports success once
+# more instead of "fenced".
 JOB_RETRY = f"""
+WITH upd AS (
+    UPDATE {JOB}
+       SET status = CASE WHEN attempts < max_attempts THEN '{JobStatus.PENDING}'
+                         ELSE '{JobStatus.DEAD}' END,
+           finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
+           run_at = now() + make_interval(secs => %(delay)s),
+           errors = errors || %(error)s::jsonb,
+           last_error = %(last_error)s
+     WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+    RETURNING id
+)
+SELECT id FROM upd
+UNION ALL
+SELECT id FROM {JOB}
+ WHERE id = %(id)s AND lease = %(lease)s
+   AND status IN ('{JobStatus.PENDING}', '{JobStatus.DEAD}')
+   AND last_error = %(last_error)s
+"""
+
+# A failed attempt with none left (or discard_on / unknown task): dead letter.
+# Same recognition of our own earlier committed write as JOB_RETRY.
+JOB_DEAD = f"""
+WITH upd AS (
+    UPDATE {JOB}
+       SET status = '{JobStatus.DEAD}',
+           finished_at = now(),
+           errors = errors || %(error)s::jsonb,
+           last_error = %(last_error)s
+     WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+    RETURNING id
+)
+SELECT id FROM upd
+UNION ALL
+SELECT id FROM {JOB}
+ WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.DEAD}'
+   AND last_error = %(last_error)s
+"""
+
+# A claim statement failed with a data error (a CHECK violation): the only row
+# state that makes a claim fail is a pending row whose attempts are used up
+# (written by an older version, or by hand). Dead-letter those rows, each with a
+# clear error, so the queue moves again. SKIP LOCKED: never waits on a worker.
+JOB_DEAD_EXHAUSTED = f"""
+WITH bad AS (
+    SELECT id FROM {JOB}
+     WHERE status = '{JobStatus.PENDING}' AND attempts >= max_attempts
+     ORDER BY id
+     LIMIT 1000
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB} AS j
+   SET status = '{JobStatus.DEAD}', finished_at = now(), lease = j.lease + 1,
+       errors = j.errors || jsonb_build_array(jsonb_build_object(
+           'attempt', j.attempts, 'at', now(), 'type', 'django_pgjobs.exceptions.PgJobsError',
+           'message', %(message)s::text, 'traceback', NULL, 'worker', %(worker)s::text)),
+       last_error = %(message)s
+  FROM bad
+ WHERE j.id = bad.id
+RETURNING j.id, j.task
+"""
+
+# Give up on a run that exceeded its timeout: the lease is bumped (anything the
+# abandoned run writes later is fenced), and the job goes back to pending after
+# the backoff, or to dead when its attempts are used up. Fenced by the lease we
+# claimed; returns the new status.
+JOB_TIMED_OUT = f"""
 UPDATE {JOB}
-   SET status = '{JobStatus.PENDING}',
+   SET lease = lease + 1,
+       status = CASE WHEN attempts < max_attempts AND %(retry)s
+                     THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+       finished_at = CASE WHEN attempts < max_attempts AND %(retry)s THEN NULL ELSE now() END,
        run_at = now() + make_interval(secs => %(delay)s),
        errors = errors || %(error)s::jsonb,
        last_error = %(last_error)s
  WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-RETURNING id
-"""
-
-# A failed attempt with none left (or discard_on / unknown task): dead letter.
-JOB_DEAD = f"""
-UPDATE {JOB}
-   SET status = '{JobStatus.DEAD}',
-       finished_at = now(),
-       errors = errors || %(error)s::jsonb,
-       last_error = %(last_error)s
- WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-RETURNING id
+RETURNING status
 """
 
 # Graceful shutdown: hand an unfinished job back without counting the attempt.
@@ -347,6 +417,85 @@ class Claimed:
     queue: str
     priority: int
     idempotency_key: str | None
+    timeout: float | None = None
+
+
+class Undecodable(str):
+    """Stands in for stored args/kwargs that cannot be decoded (a number of more
+    than 4,300 digits, nesting deeper than the interpreter's recursion limit): the
+    executor dead-letters that job alone, with this text as the reason."""
+
+
+class _PreparedCursor:
+    """A psycopg cursor whose ``execute`` sends hot statements as named prepared
+    statements (parsed and planned once per connection), whatever Django's own
+    ``server_side_binding`` says. Falls back to unprepared execution for good when
+    the server says a prepared statement is missing (a transaction pooler)."""
+
+    __slots__ = ("cursor", "wrapper")
+
+    def __init__(self, cursor: Any, wrapper: BaseDatabaseWrapper):
+        self.cursor = cursor
+        self.wrapper = wrapper
+
+    def execute(self, statement: str, params: Any = None) -> Any:
+        import psycopg.errors
+
+        try:
+            return self.cursor.execute(statement, params, prepare=True)
+        except (psycopg.errors.InvalidSqlStatementName,
+                psycopg.errors.DuplicatePreparedStatement) as exc:
+            _disable_prepare(f"the server lost a prepared statement ({exc}); probably a "
+                             "transaction pooler")
+            if not self.wrapper.get_autocommit():
+                raise
+            return self.cursor.execute(statement, params, prepare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cursor, name)
+
+
+_prepare_disabled = False
+
+
+def _disable_prepare(reason: str) -> None:
+    global _prepare_disabled
+    if not _prepare_disabled:
+        import logging
+
+        logging.getLogger("django_pgjobs").warning(
+            "prepared statements switched off for this process: %s "
+            "(set PGJOBS['PREPARE'] = False to say so up front)", reason)
+    _prepare_disabled = True
+
+
+def _may_prepare(connection: BaseDatabaseWrapper, raw: Any) -> bool:
+    """PGJOBS["PREPARE"]: True, False, or "auto": prepare unless the server we talk
+    to listens on another port than the one we connected to (a pooler such as
+    pgbouncer in front of it; pgbouncer < 1.21 in transaction mode cannot keep
+    prepared statements). Checked once per connection."""
+    from .conf import get_settings
+
+    setting = get_settings().PREPARE
+    if setting is False or (setting == "auto" and _prepare_disabled):
+        return False
+    if setting == "auto":
+        options = connection.settings_dict.get("OPTIONS") or {}
+        if "prepare_threshold" in options and options["prepare_threshold"] is None:
+            return False  # the project switched psycopg's prepared statements off itself
+        with raw.cursor() as cursor:
+            cursor.execute("SELECT current_setting('port')")
+            row = cursor.fetchone()
+        try:
+            if row is None or int(row[0]) != int(raw.info.port):
+                return False
+        except (TypeError, ValueError):
+            return False
+    if raw.prepare_threshold is None:
+        # Django's client-side binding leaves psycopg's preparing off; turn it on
+        # for our explicit prepare=True only (no count ever reaches the threshold).
+        raw.prepare_threshold = 2**31 - 1
+    return True
 
 
 @contextmanager
@@ -358,11 +507,18 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     This keeps Django's semantics that matter here — the connection is opened on
     demand, a broken atomic block is refused, and errors come out as django.db
     errors — and falls back to Django's cursor when queries are being logged
-    (DEBUG, assertNumQueries), so they still show up there.
+    (DEBUG, assertNumQueries) or ``connection.execute_wrapper`` wrappers are
+    installed, so they still see every statement.
+
+    Where ``PGJOBS["PREPARE"]`` allows, statements run as server-side prepared
+    statements (in autocommit only under "auto": behind a pooler a prepared
+    statement may vanish, and only outside a transaction can the statement be
+    repeated unprepared).
     """
-    if getattr(connection, "queries_logged", True):
-        # Queries are logged, or this is a plain psycopg connection (the fault
-        # suite drives these functions with its own): the ordinary cursor.
+    if getattr(connection, "queries_logged", True) or getattr(
+            connection, "execute_wrappers", None):
+        # Queries are logged, wrappers are installed, or this is a plain psycopg
+        # connection (the fault suite drives these functions with its own).
         with connection.cursor() as cursor:
             yield cursor
         return
@@ -371,10 +527,20 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     raw = connection.connection
     cached = getattr(connection, "_pgjobs_hot_cursor", None)
     if cached is None or cached[0] is not raw or cached[1].closed:
-        cached = (raw, raw.cursor())
+        import psycopg
+
+        with connection.wrap_database_errors:
+            prepare = _may_prepare(connection, raw)
+        # A server-side-binding cursor (Django's default is client-side binding,
+        # which cannot prepare); it shares the connection's adapters.
+        plain = psycopg.Cursor(raw) if prepare else raw.cursor()
+        cached = (raw, plain, _PreparedCursor(plain, connection) if prepare else None)
         connection._pgjobs_hot_cursor = cached  # type: ignore[attr-defined]
+    prepared = cached[2]
+    use = cached[1] if prepared is None or (
+        _prepare_disabled or not connection.get_autocommit()) else prepared
     with connection.wrap_database_errors:
-        yield cached[1]
+        yield use
 
 
 def claim(
@@ -394,10 +560,19 @@ def claim(
         cursor.execute(statement, params)
         rows = cursor.fetchall()
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
+    # Decoded per row: one undecodable row fails its own job, not the batch.
     return [
-        Claimed(r[0], r[1], _json(r[2]), _json(r[3]), r[4], r[5], r[6], r[7], r[8], r[9])
+        Claimed(r[0], r[1], _args(r[2]), _args(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
+                r[10])
         for r in rows
     ]
+
+
+def _args(value: Any) -> Any:
+    try:
+        return _json(value)
+    except BaseException as exc:  # noqa: BLE001 - RecursionError, ValueError (digit limit)
+        return Undecodable(f"{type(exc).__name__}: {str(exc)[:300]}")
 
 
 def _json(value: Any) -> Any:
@@ -410,13 +585,26 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+def encode_result(value: Any) -> str | None:
+    """The JSON text stored for a return value (None: nothing to store). Raises
+    ValueError/RecursionError for values json cannot encode: callers run it in the
+    job's own thread so only that job fails."""
+    return None if value is None else json.dumps(value, allow_nan=False)
+
+
+class Encoded(str):
+    """A return value already encoded with ``encode_result`` (by the job thread)."""
+
+
 def complete_many(
     connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int, Any]]
 ) -> set[int]:
-    """Complete ``(id, lease, return value)`` items; returns the ids that were still ours."""
+    """Complete ``(id, lease, return value)`` items; returns the ids that were still ours
+    (including those an earlier, committed run of the same write completed).
+    Values of type ``Encoded`` are stored as they are."""
     ids = [i[0] for i in items]
     leases = [i[1] for i in items]
-    values = [None if i[2] is None else json.dumps(i[2], allow_nan=False) for i in items]
+    values = [i[2] if isinstance(i[2], Encoded) else encode_result(i[2]) for i in items]
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "values": values})
         return {row[0] for row in cursor.fetchall()}
@@ -426,7 +614,7 @@ def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]])
     """Touch ``(id, lease)`` items; returns the ids whose lease is no longer ours."""
     if not items:
         return set()
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             JOB_HEARTBEAT, {"ids": [i[0] for i in items], "leases": [i[1] for i in items]}
         )
@@ -434,7 +622,7 @@ def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]])
 
 
 def _fenced(connection: BaseDatabaseWrapper, statement: str, params: dict[str, Any]) -> bool:
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
         return cursor.fetchone() is not None
 
@@ -456,6 +644,27 @@ def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[st
 
 def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
     return _fenced(connection, JOB_RELEASE, {"id": id, "lease": lease})
+
+
+def dead_exhausted(connection: BaseDatabaseWrapper, *, worker: str) -> list[tuple[int, str]]:
+    """Dead-letter pending rows whose attempts are used up (they fail every claim)."""
+    message = ("pending with its attempts used up, which would fail every claim of its "
+               "queue; dead-lettered")
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_DEAD_EXHAUSTED, {"message": message, "worker": worker})
+        return [(r[0], r[1]) for r in cursor.fetchall()]
+
+
+def timed_out(connection: BaseDatabaseWrapper, *, id: int, lease: int, retry: bool,
+              delay: float, error: dict[str, Any]) -> str | None:
+    """Give up on a run past its timeout (lease bumped); the new status, or None if
+    the lease was no longer ours."""
+    with hot_cursor(connection) as cursor:
+        cursor.execute(JOB_TIMED_OUT, {
+            "id": id, "lease": lease, "retry": retry, "delay": delay,
+            "error": json.dumps([error]), "last_error": _last_error(error)})
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def lease_is_ours(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:

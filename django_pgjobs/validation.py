@@ -21,8 +21,26 @@ MAX_DELAY = timedelta(days=365 * 1000)
 
 #: Options accepted by ``.using()`` and ``Job.objects.enqueue``.
 CALL_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key"}
+    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key", "timeout"}
 )
+
+
+def check_timeout(value: Any, where: str = "timeout") -> float | None:
+    """Seconds (int, float or timedelta) a run may take; None means no limit."""
+    from datetime import timedelta
+
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"{where} must be seconds (int or float), a timedelta or None, "
+                        f"got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{where} must be a positive number of seconds or None, got {value!r}")
+    return seconds
 
 
 def check_text(value: str, where: str) -> None:
@@ -235,6 +253,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         out["max_attempts"] = check_max_attempts(options["max_attempts"])
     if "idempotency_key" in options:
         out["idempotency_key"] = check_idempotency_key(options["idempotency_key"])
+    if "timeout" in options:
+        out["timeout"] = check_timeout(options["timeout"], "timeout")
     run_at = check_run_at(options.get("run_at"))
     delay = check_delay(options.get("delay"))
     if run_at is not None and delay is not None:

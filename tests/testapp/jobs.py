@@ -284,3 +284,6 @@ if os.environ.get("PGJOBS_FAULT_RAISING_RECEIVERS"):
 @job
 def fault_anything(*args: Any, **kwargs: Any) -> None:
     """Accepts any arguments: the bad-input property test enqueues generated values."""
+
+
+from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)
