@@ -88,11 +88,12 @@ def test_reference_covers_public_modules() -> None:
         names |= _defined_names(f"django_pgjobs.{module}")
     # JobContext's fields and methods, and the manager's querysets.
     from django_pgjobs.context import JobContext
-    from django_pgjobs.managers import JobManager
+    from django_pgjobs.managers import JobManager, JobQuerySet
 
     names |= {n for n in vars(JobContext) if not n.startswith("_")}
     names |= {n for n in JobContext.__dataclass_fields__ if not n.startswith("_")}
     names |= {n for n in vars(JobManager) if not n.startswith("_")}
+    names |= {n for n in vars(JobQuerySet) if not n.startswith("_")}
     names |= {"JobFunction", "JobDefinition", "enqueue_many", "using"}  # what @job returns
     assert not _missing(names), f"public names missing from docs/reference: {_missing(names)}"
 
