@@ -111,7 +111,9 @@ def names_the_fix(what: str) -> Callable[[F], F]:
                 from .conf import get_settings
 
                 alias = kwargs.get("using") or get_settings().DATABASE
-                raise ProgrammingError(f"cannot {what}: {missing_table_message(alias)}") from exc
+                name = getattr(args[0], "name", "") if args else ""
+                raise ProgrammingError(f"cannot {what} {name}".rstrip() + ": "
+                                       + missing_table_message(alias)) from exc
 
         return wrapper  # type: ignore[return-value]
 

@@ -63,21 +63,22 @@ def unknown_queue_warnings(requested: Sequence[str], alias: str) -> list[str]:
     return out
 
 
-def idle_burst_explanation(queues: Sequence[str] | None, alias: str) -> str:
-    """Why a ``--burst`` worker claimed nothing."""
+def idle_burst_explanation(queues: Sequence[str] | None, alias: str) -> tuple[bool, str]:
+    """Why a ``--burst`` worker claimed nothing; True when that deserves a warning (jobs
+    wait on queues it was not asked to serve)."""
     try:
         live = queues_with_jobs(alias)
     except DatabaseError:
         connections[alias].close()
-        return "nothing was due"
+        return False, "nothing was due"
     served = sorted(live) if queues is None else [q for q in queues if q in live]
     elsewhere = {q: n for q, n in live.items() if queues is not None and q not in queues}
     if served:
-        return (f"nothing was due yet on {', '.join(served)} (their pending jobs have a "
-                "later run_at)")
+        return False, (f"nothing was due yet on {', '.join(served)} (their pending jobs "
+                       "have a later run_at)")
     if elsewhere:
         shown = ", ".join(f"{q} ({n})" for q, n in sorted(elsewhere.items()))
-        return (f"nothing was pending on {', '.join(queues or [])}; pending jobs wait on "
-                f"other queues: {shown}. Pass --queues with those names, or omit --queues "
-                "to serve every queue.")
-    return "nothing was pending"
+        return True, (f"nothing was pending on {', '.join(queues or [])}; pending jobs wait "
+                      f"on other queues: {shown}. Pass --queues with those names, or omit "
+                      "--queues to serve every queue.")
+    return False, "nothing was pending"

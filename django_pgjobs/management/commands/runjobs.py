@@ -96,11 +96,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity = options["verbosity"]
-        console_logging(verbosity)
+        own_console = console_logging(verbosity)
         alias = get_settings().DATABASE
         problem = readiness.check(alias)
         if problem is not None and (problem.fatal or options["burst"]):
-            logger.error("runjobs cannot start: %s", problem.message)
+            if not own_console:  # the project's logging (files, aggregators) hears it too
+                logger.error("runjobs cannot start: %s", problem.message)
             self.stderr.write(f"runjobs: {problem.message}")
             sys.exit(2)
         if options["queues"]:
@@ -117,8 +118,9 @@ class Command(BaseCommand):
             if health is not None:
                 health.stop()
         if options["burst"] and worker.claimed_count == 0:
-            logger.warning("worker %s did nothing: %s", worker.id,
-                           worker_hints.idle_burst_explanation(worker.queues, alias))
+            warn, why = worker_hints.idle_burst_explanation(worker.queues, alias)
+            logger.log(logging.WARNING if warn else logging.INFO, "worker %s did nothing: %s",
+                       worker.id, why)
         if verbosity >= 1 and not summary_was_logged():
             self.stdout.write(f"worker {worker.id} stopped: {worker.counts}")
         # Job threads still running after a timed-out shutdown were released; do not
@@ -131,17 +133,20 @@ class Command(BaseCommand):
             sys.exit(code)
 
 
-def console_logging(verbosity: int) -> None:
+def console_logging(verbosity: int) -> bool:
     """Log to stderr when the project has not configured the ``django_pgjobs`` logger
-    (or the root logger): ``-v 0`` warnings, ``-v 1`` info (the default), ``-v 2`` debug."""
+    (or the root logger): ``-v 0`` warnings, ``-v 1`` info (the default), ``-v 2`` debug.
+    True when it did."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     if not logger.hasHandlers():
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(level)
-    elif verbosity >= 2:
+        return True
+    if verbosity >= 2:
         logger.setLevel(logging.DEBUG)
+    return False
 
 
 def summary_was_logged() -> bool:
