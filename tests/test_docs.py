@@ -401,6 +401,17 @@ def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
                 f"{step.where}: `{step.line}` printed\n" + "\n".join(output)
                 + "\n\nbut the tutorial shows\n" + "\n".join(step.expected)
             )
+        # The how-tos' blocks marked `doc-test: tutorial-project PATH` (test-your-jobs.md)
+        # are tests for this project: write them and run them with Django's runner.
+        from tests.test_docs_blocks import tutorial_project_files
+
+        files = tutorial_project_files()
+        assert "shop/tests.py" in files
+        for path, text in files.items():
+            (project / path).write_text(text)
+        output = tutorial.run(Command("python manage.py test shop -v 2", where="how-tos"))
+        assert output is not None and "OK" in output, output
+        ran.append("manage.py test shop")
     finally:
         tutorial.close()
         other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
