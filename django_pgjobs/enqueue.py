@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql
+from . import readiness, registry, sql
 from .conf import get_settings
 from .validation import check_arguments, check_options
 
@@ -104,6 +104,7 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
     }
 
 
+@readiness.names_the_fix("enqueue")
 def enqueue_one(
     definition: JobDefinition,
     args: list[Any],
@@ -175,6 +176,7 @@ def _split_call(item: Any, task: str, index: int) -> tuple[list[Any], dict[str, 
     )
 
 
+@readiness.names_the_fix("enqueue_many")
 def enqueue_batch(
     definition: JobDefinition,
     calls: Iterable[Any],
