@@ -26,6 +26,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
+from .validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 JOB = "django_pgjobs_job"
 RESULT = "django_pgjobs_jobresult"
@@ -56,6 +57,12 @@ SELECT ins.id,
        pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
   FROM ins
 """
+
+# JOB_INSERT for .using(delay=...): run_at is the database's now() plus the delay,
+# the clock every other time of a job (claims, leases, backoff) is read from.
+JOB_INSERT_DELAYED = JOB_INSERT.replace("COALESCE(%s, now())", "now() + make_interval(secs => %s)")
+# The same time for a bulk enqueue (COPY takes values, not expressions).
+DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
@@ -641,8 +648,29 @@ LIMIT 1000
 # Same statement shape as JOB_INSERT: ON CONFLICT on the partial unique key index
 # (waits only for a concurrent inserter of the same key), NOTIFY at commit.
 # Returns the new job's id, or NULL when a job with that key already exists.
+#
+# Version 2 (migration 0003, which holds a frozen copy of this text; a test keeps
+# the two equal): the function and the table it writes are schema-qualified with
+# the jobs table's own schema and the function runs with a pinned search_path, so
+# a caller with another search_path (pg_cron, a trigger, a hostile session) gets
+# the same behaviour; arguments are bounded like the Python enqueue's (size from
+# the setting pgjobs.max_args_bytes, default 1 MiB; nesting; huge numbers).
+# The statement is a DO block that finds the table's schema and creates the
+# function in it; @SCHEMA@ is that schema as an identifier, @SCHEMA_LITERAL@ the
+# same text escaped for use inside a string literal of the body.
+# A list or object nested deeper than validation.MAX_DEPTH inside one argument.
+_TOO_DEEP = (f'strict $.**{{{MAX_JSON_DEPTH + 1} to last}} '
+             '? (@.type() == "array" || @.type() == "object")')
+
 ENQUEUE_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION pgjobs_enqueue(
+DO $do$
+DECLARE
+    schema_name text := (SELECT n.nspname FROM pg_class c
+                           JOIN pg_namespace n ON n.oid = c.relnamespace
+                          WHERE c.oid = '{JOB}'::regclass);
+BEGIN
+EXECUTE replace(replace($create$
+CREATE OR REPLACE FUNCTION @SCHEMA@.pgjobs_enqueue(
     task text,
     args jsonb DEFAULT NULL,
     kwargs jsonb DEFAULT NULL,
@@ -653,30 +681,52 @@ CREATE OR REPLACE FUNCTION pgjobs_enqueue(
     max_attempts integer DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     cols text[] := ARRAY['task'];
     vals text[] := ARRAY['$1'];
     new_id bigint;
     new_queue text;
+    max_bytes bigint := coalesce(
+        nullif(current_setting('pgjobs.max_args_bytes', true), '')::bigint, 1048576);
+    size bigint := coalesce(octet_length(args::text), 0) + coalesce(octet_length(kwargs::text), 0);
 BEGIN
     IF task IS NULL OR length(task) = 0 OR length(task) > 255 THEN
         RAISE EXCEPTION 'pgjobs_enqueue: task must be a registered task name of 1-255 characters, got %',
             coalesce(quote_literal(task), 'NULL') USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF size > max_bytes THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args and kwargs are % bytes as JSON, more than pgjobs.max_args_bytes (%); store large data elsewhere and pass its key',
+            size, max_bytes USING ERRCODE = 'program_limit_exceeded';
+    END IF;
     IF args IS NOT NULL THEN
         IF jsonb_typeof(args) <> 'array' THEN
-            RAISE EXCEPTION 'pgjobs_enqueue: args must be a JSON array, got %', args
+            RAISE EXCEPTION 'pgjobs_enqueue: args must be a JSON array, got %', left(args::text, 200)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'args'::text; vals := vals || '$2'::text;
     END IF;
     IF kwargs IS NOT NULL THEN
         IF jsonb_typeof(kwargs) <> 'object' THEN
-            RAISE EXCEPTION 'pgjobs_enqueue: kwargs must be a JSON object, got %', kwargs
+            RAISE EXCEPTION 'pgjobs_enqueue: kwargs must be a JSON object, got %', left(kwargs::text, 200)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'kwargs'::text; vals := vals || '$3'::text;
+    END IF;
+    -- What Python could not decode again: nesting deeper than {MAX_JSON_DEPTH} levels
+    -- inside an argument, numbers of more than about 4,200 digits.
+    IF jsonb_path_exists(coalesce(args, '[]'), '{_TOO_DEEP}')
+       OR jsonb_path_exists(coalesce(kwargs, '{{}}'), '{_TOO_DEEP}') THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args or kwargs nest lists/objects more than {MAX_JSON_DEPTH} levels deep'
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_path_query(
+                   coalesce(args, '[]') || jsonb_build_array(coalesce(kwargs, '{{}}')),
+                   'strict $.** ? (@.type() == "number")') AS n(v)
+                WHERE length(n.v::text) > 4200) THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args or kwargs hold a number of more than 4200 digits; pass it as a string'
+            USING ERRCODE = 'program_limit_exceeded';
     END IF;
     IF queue IS NOT NULL THEN
         IF length(btrim(queue)) = 0 OR length(queue) > 100 OR queue <> btrim(queue)
@@ -703,7 +753,7 @@ BEGIN
     IF idempotency_key IS NOT NULL THEN
         IF length(idempotency_key) = 0 OR length(idempotency_key) > 255 THEN
             RAISE EXCEPTION 'pgjobs_enqueue: idempotency_key must be 1-255 characters, got %',
-                quote_literal(idempotency_key) USING ERRCODE = 'invalid_parameter_value';
+                quote_literal(left(idempotency_key, 300)) USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'idempotency_key'::text; vals := vals || '$7'::text;
     END IF;
@@ -715,7 +765,7 @@ BEGIN
         cols := cols || 'max_attempts'::text; vals := vals || '$8'::text;
     END IF;
     EXECUTE format(
-        'INSERT INTO {JOB} (%s) VALUES (%s) '
+        'INSERT INTO @SCHEMA_LITERAL@.{JOB} (%s) VALUES (%s) '
         'ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING '
         'RETURNING id, queue',
         array_to_string(cols, ', '), array_to_string(vals, ', '))
@@ -727,6 +777,10 @@ BEGIN
     RETURN new_id;
 END
 $fn$
+$create$, '@SCHEMA_LITERAL@', replace(quote_ident(schema_name), chr(39), chr(39) || chr(39))),
+   '@SCHEMA@', quote_ident(schema_name));
+END
+$do$
 """
 
 ENQUEUE_FUNCTION_DROP = (
