@@ -215,12 +215,20 @@ WITH d AS (
 SELECT id FROM done
 """
 
+def keep_newest(array: str) -> str:
+    """SQL for the jsonb array ``array`` cut to its ``%(keep)s`` newest entries
+    (``PGJOBS["MAX_ERRORS_KEPT"]``): the error history of a job stays bounded
+    however often it fails, is reclaimed or retried."""
+    return (f"jsonb_path_query_array({array}, 'lax $[last - $n + 1 to last]', "
+            "jsonb_build_object('n', %(keep)s::int))")
+
+
 # A failed attempt with attempts left: back to pending after the backoff delay.
 JOB_RETRY = f"""
 UPDATE {JOB}
    SET status = '{JobStatus.PENDING}',
        run_at = now() + make_interval(secs => %(delay)s),
-       errors = errors || %(error)s::jsonb,
+       errors = {keep_newest("errors || %(error)s::jsonb")},
        last_error = %(last_error)s
  WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
 RETURNING id
@@ -231,7 +239,7 @@ JOB_DEAD = f"""
 UPDATE {JOB}
    SET status = '{JobStatus.DEAD}',
        finished_at = now(),
-       errors = errors || %(error)s::jsonb,
+       errors = {keep_newest("errors || %(error)s::jsonb")},
        last_error = %(last_error)s
  WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
 RETURNING id
@@ -261,14 +269,24 @@ RESULT_BY_KEY = f"SELECT value FROM {RESULT} WHERE idempotency_key = %s"
 
 _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
     'attempt', j.attempts, 'at', now(), 'type', %(type)s::text, 'message', %(message)s::text,
-    'traceback', NULL, 'worker', j.worker))"""
+    'traceback', NULL, 'worker', j.worker, 'refunded', stale.refund))"""
+
+# How many times a job's worker was lost while running it with the attempt given
+# back (entries marked "refunded" by the reaper; an admin retry clears the marks).
+_REFUNDED = "jsonb_array_length(jsonb_path_query_array(errors, 'lax $[*] ? (@.refunded == true)'))"
 
 # Reclaim running jobs whose heartbeat is stale. SKIP LOCKED: reapers on many
 # hosts split the stale rows between them and never wait on a worker that is
 # completing the same row right now; the lease bump fences the lost worker.
+#
+# A lost worker is not its jobs' fault, except for one of them perhaps (os._exit,
+# a segfault, an OOM kill takes every neighbour in the process along): the attempt
+# is given back (attempts - 1, back to pending) unless the job has already had it
+# given back max_attempts times (bounded by the kept history), and then it is
+# dead-lettered: a real crasher still ends, its neighbours lose nothing.
 JOB_REAP_STALE = f"""
 WITH stale AS (
-    SELECT id FROM {JOB}
+    SELECT id, {_REFUNDED} < least(max_attempts, %(keep)s) AS refund FROM {JOB}
      WHERE status = '{JobStatus.RUNNING}'
        AND heartbeat_at < now() - make_interval(secs => %(stale_after)s)
      ORDER BY heartbeat_at
@@ -277,12 +295,14 @@ WITH stale AS (
 )
 UPDATE {JOB} AS j
    SET lease = j.lease + 1,
-       status = CASE WHEN j.attempts >= j.max_attempts
-                     THEN '{JobStatus.DEAD}' ELSE '{JobStatus.PENDING}' END,
-       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       status = CASE WHEN stale.refund THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+       attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
+       finished_at = CASE WHEN stale.refund THEN NULL ELSE now() END,
        run_at = now(),
-       errors = j.errors || {_ERROR_ENTRY},
-       last_error = %(message)s
+       errors = {keep_newest(f"j.errors || {_ERROR_ENTRY}")},
+       last_error = %(message)s || CASE WHEN stale.refund THEN '; the attempt was not counted'
+                                        ELSE '; dead-lettered: its workers were lost too often'
+                                   END
   FROM stale
  WHERE j.id = stale.id
 RETURNING j.id, j.task, j.status, j.attempts, j.worker
@@ -303,6 +323,13 @@ UPDATE {JOB} AS j
 RETURNING j.id
 """
 
+# The error history with the reaper's "refunded" marks cleared (see JOB_REAP_STALE).
+_FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"refunded": false}'
+                                           ELSE e END ORDER BY i), '[]'::jsonb)
+          FROM jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array'
+                                         THEN j.errors ELSE '[]'::jsonb END)
+               WITH ORDINALITY AS x(e, i))"""
+
 # Retry now: dead, cancelled, or stuck running (stale heartbeat) -> pending, attempts
 # reset, lease bumped so a stuck job's zombie is fenced; the error history stays.
 JOB_RETRY_NOW = f"""
@@ -317,7 +344,9 @@ WITH mine AS (
 )
 UPDATE {JOB} AS j
    SET status = '{JobStatus.PENDING}', lease = j.lease + 1, attempts = 0,
-       run_at = now(), finished_at = NULL
+       run_at = now(), finished_at = NULL,
+       -- the history stays (newest entries only); a fresh start forgives lost workers
+       errors = {keep_newest(_FORGIVEN)}
   FROM mine WHERE j.id = mine.id
 RETURNING j.id
 """
@@ -451,13 +480,14 @@ def retry(
 ) -> bool:
     return _fenced(connection, JOB_RETRY, {
         "id": id, "lease": lease, "delay": delay,
-        "error": json.dumps([error]), "last_error": _last_error(error),
+        "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep(),
     })
 
 
 def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
     return _fenced(connection, JOB_DEAD, {
         "id": id, "lease": lease, "error": json.dumps([error]), "last_error": _last_error(error),
+        "keep": _keep(),
     })
 
 
@@ -491,7 +521,7 @@ def reap(
     with connection.cursor() as cursor:
         cursor.execute(JOB_REAP_STALE, {
             "stale_after": stale_after, "batch": batch, "message": message,
-            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}", "keep": _keep(),
         })
         return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
 
@@ -504,8 +534,15 @@ def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
 
 def retry_now(connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float) -> set[int]:
     with connection.cursor() as cursor:
-        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after})
+        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after,
+                                       "keep": _keep()})
         return {r[0] for r in cursor.fetchall()}
+
+
+def _keep() -> int:
+    from .conf import get_settings
+
+    return get_settings().MAX_ERRORS_KEPT
 
 
 def _last_error(error: dict[str, Any]) -> str:
