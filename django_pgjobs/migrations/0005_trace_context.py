@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("django_pgjobs", "0002_pgjobs_enqueue"),
+        ("django_pgjobs", "0006_job_timeout"),  # rechained at merge: after the current leaf
     ]
 
     operations = [

@@ -286,6 +286,20 @@ def fault_anything(*args: Any, **kwargs: Any) -> None:
     """Accepts any arguments: the bad-input property test enqueues generated values."""
 
 
+@job(max_attempts=1, priority=-10)
+def kills_its_process(seconds: float) -> None:
+    """Takes the whole worker process down (as a segfault or an OOM kill would)."""
+    time.sleep(seconds)
+    os._exit(3)
+
+
+@job(max_attempts=2)
+def echo_value(*args: Any, **kwargs: Any) -> Any:
+    """Returns what it was given (the size-bound and property tests send odd values)."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+
 # -- metrics and tracing (tests/test_metrics*.py, tests/test_tracing.py)
 
 @job(queue="traced", max_attempts=2)
@@ -299,9 +313,9 @@ def traced_fails_once(marker: str) -> str:
     return "ok"
 
 
-try:  # @job(timeout=...) is release 0.2's (h-core); absent before it lands
-    @job(timeout=0.3, max_attempts=1)
-    def times_out(seconds: float) -> None:
-        time.sleep(seconds)
-except TypeError:
-    times_out = None  # type: ignore[assignment]
+@job(timeout=0.3, max_attempts=1)
+def times_out(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)
