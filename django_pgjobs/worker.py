@@ -69,7 +69,7 @@ DATA_ERRORS = (IntegrityError, DataError)
 #: Longest a saturated worker waits for more free slots before a claim (seconds).
 GATHER_WAIT = 0.005
 #: Defaults of ``runjobs`` (chosen by measurement; docs/explanation/performance.md).
-DEFAULT_CONCURRENCY = 8
+DEFAULT_CONCURRENCY = 16
 DEFAULT_ASYNC_CONCURRENCY = 100
 #: Work a prefetch should cover: the time a claim takes, with margin (seconds).
 PREFETCH_COVER = 0.02
