@@ -13,7 +13,12 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            safetext,
+        )
+
+        safetext.install()  # names from rows never split log lines or reach terminals raw
 
         autodiscover_modules("jobs")
         from .backend import autodiscover_tasks

@@ -112,3 +112,10 @@ class JobManager(_BaseJobManager):
         from .enqueue import enqueue_by_name
 
         return enqueue_by_name(task, args=args, kwargs=kwargs, using=self._db, **options)
+
+    async def aenqueue(self, task: str, *, args: Any = None, kwargs: Any = None,
+                       **options: Any) -> Job:
+        """``enqueue`` for async code; same options and guarantees."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue)(task, args=args, kwargs=kwargs, **options)

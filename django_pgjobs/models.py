@@ -45,6 +45,8 @@ class Job(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     errors = models.JSONField(db_default=models.Value([], models.JSONField()))
     last_error = models.TextField(null=True, blank=True)
+    timeout = models.FloatField(
+        null=True, blank=True, help_text="seconds a run may take (empty: no limit)")
 
     objects = JobManager()
 

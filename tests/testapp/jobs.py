@@ -284,3 +284,19 @@ if os.environ.get("PGJOBS_FAULT_RAISING_RECEIVERS"):
 @job
 def fault_anything(*args: Any, **kwargs: Any) -> None:
     """Accepts any arguments: the bad-input property test enqueues generated values."""
+
+
+@job(max_attempts=1, priority=-10)
+def kills_its_process(seconds: float) -> None:
+    """Takes the whole worker process down (as a segfault or an OOM kill would)."""
+    time.sleep(seconds)
+    os._exit(3)
+
+
+@job(max_attempts=2)
+def echo_value(*args: Any, **kwargs: Any) -> Any:
+    """Returns what it was given (the size-bound and property tests send odd values)."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)

@@ -15,7 +15,7 @@ from django_pgjobs import readiness, worker_hints
 from django_pgjobs.conf import get_settings
 from django_pgjobs.health import HealthFile
 from django_pgjobs.validation import check_queue
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_CONCURRENCY, Worker
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -61,8 +61,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=None,
                             help="comma-separated queues to work on (default: every queue, *)")
-        parser.add_argument("--concurrency", type=positive_int, default=8,
-                            help="jobs run at once, one thread each (default 8)")
+        parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
+                            help="sync jobs run at once, one thread each "
+                                 f"(default {DEFAULT_CONCURRENCY})")
+        parser.add_argument("--async-concurrency", type=positive_int,
+                            default=DEFAULT_ASYNC_CONCURRENCY,
+                            help="async def jobs run at once on the worker's event loop "
+                                 f"(default {DEFAULT_ASYNC_CONCURRENCY})")
         parser.add_argument("--batch", type=positive_int, default=None,
                             help="most jobs claimed per round trip (default PGJOBS BATCH_SIZE)")
         parser.add_argument("--burst", action="store_true",
@@ -85,6 +90,7 @@ class Command(BaseCommand):
         return {
             "queues": options["queues"],
             "concurrency": options["concurrency"],
+            "async_concurrency": options["async_concurrency"],
             "batch": options["batch"],
             "burst": options["burst"],
             "max_jobs": options["max_jobs"],
@@ -123,6 +129,13 @@ class Command(BaseCommand):
                        worker.id, why)
         if verbosity >= 1 and not summary_was_logged():
             self.stdout.write(f"worker {worker.id} stopped: {worker.counts}")
+        if worker.restart_reason:
+            # Threads abandoned by timed-out jobs cannot be killed: start afresh in
+            # this same process (same pid for the process manager), as a new worker.
+            self.stderr.write(f"restarting: {worker.restart_reason}")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execv(sys.executable, sys.orig_argv)
         # Job threads still running after a timed-out shutdown were released; do not
         # let the interpreter wait for them (thread pools join at exit).
         if any(t.name.startswith("pgjobs-job") and t.is_alive() for t in threading.enumerate()):
