@@ -1041,8 +1041,3 @@ $create$, '@SCHEMA_LITERAL@', replace(quote_ident(schema_name), chr(39), chr(39)
 END
 $do$
 """
-
-ENQUEUE_FUNCTION_DROP = (
-    "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, "
-    "text, integer)"
-)

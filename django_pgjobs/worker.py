@@ -69,7 +69,7 @@ DATA_ERRORS = (IntegrityError, DataError)
 #: Longest a saturated worker waits for more free slots before a claim (seconds).
 GATHER_WAIT = 0.005
 #: Defaults of ``runjobs`` (chosen by measurement; docs/explanation/performance.md).
-DEFAULT_CONCURRENCY = 8
+DEFAULT_CONCURRENCY = 16
 DEFAULT_ASYNC_CONCURRENCY = 100
 #: Work a prefetch should cover: the time a claim takes, with margin (seconds).
 PREFETCH_COVER = 0.02
@@ -161,6 +161,7 @@ class Worker:
         self._busy_async = 0   # async jobs on the event loop
         self._claim_kind = "sync"  # what the last claim brought: sync, async or mixed
         self._job_time: float | None = None  # moving average of a sync run (seconds)
+        self._async_job_time: float | None = None  # the same for async runs
         self._pool: JobRunners[InFlight] | None = None
         self._async: AsyncRunner | None = None
         self.restart_reason: str | None = None
@@ -353,6 +354,15 @@ class Worker:
             return 0
         return min(self.concurrency, int(self.concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
 
+    def _async_prefetch(self) -> int:
+        """The same for the event loop: prefetched coroutines wait on its semaphore and
+        start the moment a slot frees."""
+        job_time = self._async_job_time
+        if job_time is None:
+            return 0
+        return min(self.async_concurrency,
+                   int(self.async_concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
+
     def _claimable(self) -> int:
         """How many jobs the next claim may take: free thread slots plus prefetch, free
         async slots, at most --batch, none while too many outcomes wait to be written,
@@ -367,14 +377,14 @@ class Worker:
             # A claim cannot choose sync or async jobs: size it for the kind the last
             # claim brought, plus one to notice the other kind, so neither kind is
             # hoarded for the other's free slots.
-            async_part = max(0, self.async_concurrency - busy_async)
+            async_part = max(0, self.async_concurrency + self._async_prefetch() - busy_async)
             if self._claim_kind == "async":
                 sync_part = min(1, sync_part) if async_part else 0
             elif self._claim_kind != "mixed":
                 async_part = min(1, async_part) if sync_part else 0
             sync_part += async_part
-        want = sync_part
-        want = min(want, self.batch)
+        want = min(sync_part, self.batch if self._claim_kind != "async"
+                   else max(self.batch, self.async_concurrency))
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.claimed_count)
         return want
@@ -390,7 +400,9 @@ class Worker:
         """Give prefetched jobs back at once; wait for running jobs and unwritten
         outcomes up to SHUTDOWN_TIMEOUT; then release what still runs."""
         connection = connections[self.alias]
-        give_back = self._take_back(pool.take_queued())
+        with self._lock:
+            waiting = [e for e in self.inflight.values() if e.is_async and e.state == "queued"]
+        give_back = self._take_back(pool.take_queued() + waiting)
         self._release(connection, give_back)
         deadline = time.monotonic() + (self.shutdown_timeout if self._stop.is_set() else 1e9)
         while self.inflight and time.monotonic() < deadline:
@@ -508,7 +520,10 @@ class Worker:
                                "after %.1fs; its outcome is discarded", entry.claimed.id,
                                entry.claimed.task, elapsed)
             return
-        if not entry.is_async:
+        if entry.is_async:
+            previous = self._async_job_time
+            self._async_job_time = elapsed if previous is None else previous * 0.9 + elapsed * 0.1
+        else:
             previous = self._job_time
             self._job_time = elapsed if previous is None else previous * 0.9 + elapsed * 0.1
         self._done.put((entry, outcome))

@@ -115,11 +115,19 @@ class Adapter(benchlib.Adapter):
         argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
                 "--verbosity=0"]
         per_process = DEFAULT_CONCURRENCY if kind == "sync" else DEFAULT_ASYNC_CONCURRENCY
+        basis = ("runjobs --concurrency default (threads)" if kind == "sync"
+                 else "runjobs --async-concurrency default (one event loop)")
+        # Only for choosing the defaults (bench/sweep.sh), never in the side-by-side run:
+        if CONCURRENCY:
+            flag = "--concurrency" if kind == "sync" else "--async-concurrency"
+            argv.append(f"{flag}={CONCURRENCY}")
+            per_process, basis = int(CONCURRENCY), f"{flag} {CONCURRENCY} (sweep)"
+        if BATCH:
+            argv.append(f"--batch={BATCH}")
         return benchlib.IoPlan(
             worker_commands=[list(argv) for _ in range(WORKERS)],
             per_process_concurrency=per_process,
-            concurrency_basis=("runjobs --concurrency default (threads)" if kind == "sync"
-                               else "runjobs --async-concurrency default (one event loop)"),
+            concurrency_basis=basis,
             settings={"worker": "plain manage.py runjobs (no flags)",
                       "task": f"@job {'def' if kind == 'sync' else 'async def'} io_{kind}",
                       "database_options": "Django defaults"},
