@@ -142,8 +142,9 @@ def test_worker_process_span_is_the_enqueues_child_in_the_requests_trace(
 
     process = wait_until(lambda: len(worker_spans()) == 2 and worker_spans(), timeout=60,
                          message="two process spans from the worker")
-    job.refresh_from_db()
-    assert job.status == "completed", worker.output()
+    # The span ends when the handler returns; the outcome is written just after.
+    wait_until(lambda: Job.objects.get(id=job.id).status == "completed",
+               message="the job to complete: " + worker.output())
     got = records(spans)
     [request] = [s for s in got if s["name"] == "POST /orders"]
     [send] = [s for s in got if s["name"] == f"{TASK} send"]
@@ -205,3 +206,41 @@ def test_tasks_backend_enqueue_stores_the_context(spans: InMemorySpanExporter) -
         result = echo.enqueue(1, word="x")
     stored = _stored_context(Job.objects.get(id=int(result.id)))
     assert stored is not None and stored["traceparent"].split("-")[1] == trace_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_job_and_aenqueue_spans(spans: InMemorySpanExporter) -> None:
+    """``await job.aenqueue()`` inside a request span, then an ``async def`` job on a
+    real worker's event loop: its span is the enqueue's child."""
+    import asyncio
+    import threading
+
+    from django_pgjobs.worker import Worker
+    from tests.testapp.core_jobs import async_sleep
+
+    tracer = trace.get_tracer("tests")
+
+    async def request() -> Job:
+        from asgiref.sync import sync_to_async
+        from django.db import connections
+
+        with tracer.start_as_current_span("GET /report"):
+            job = await async_sleep.aenqueue(0.01)
+        await sync_to_async(connections.close_all)()  # the ORM thread's connection
+        return job
+
+    job = asyncio.run(request())
+    worker = Worker(install_signal_handlers=False, burst=True, maintenance=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    job.refresh_from_db()
+    assert job.status == "completed"
+    got = records(spans)
+    [req] = [s for s in got if s["name"] == "GET /report"]
+    [send] = [s for s in got if s["name"] == f"{async_sleep.name} send"]
+    [process] = [s for s in got if s["name"] == f"{async_sleep.name} process"]
+    assert send["parent_id"] == req["span_id"]
+    assert process["parent_id"] == send["span_id"] and process["trace_id"] == req["trace_id"]
+    assert process["attributes"]["messaging.message.id"] == str(job.id)
