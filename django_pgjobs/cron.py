@@ -339,6 +339,7 @@ class CronTicker:
                             schedule.task, schedule.queue, schedule.priority,
                             json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
                             schedule.max_attempts or self.default_max_attempts, key,
+                            None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
                         ])
                         row = cursor.fetchone()
                 except (OperationalError, InterfaceError):
