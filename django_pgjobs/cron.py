@@ -340,7 +340,7 @@ class CronTicker:
                             schedule.task, schedule.queue, schedule.priority,
                             json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
                             schedule.max_attempts or self.default_max_attempts, key,
-                            None,  # timeout: the task's own (JobDefinition.effective_timeout)
+                            None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
                         ])
                         row = cursor.fetchone()
                 except (DataError, IntegrityError) as exc:  # this row's data, not the connection
