@@ -59,7 +59,7 @@ def test_runjobs_logs_by_itself_and_ends_with_one_summary_line(transactional_db:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
-    assert any(" starting: queues=* concurrency=8" in line for line in lines), lines
+    assert any(" starting: queues=* concurrency=" in line for line in lines), lines
     summaries = [line for line in lines if " stopped: " in line or " done: " in line]
     assert len(summaries) == 1, lines
     assert "'completed': 1" in summaries[0]
