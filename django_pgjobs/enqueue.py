@@ -122,11 +122,14 @@ def enqueue_one(
     key = opts["idempotency_key"]
     with sql.hot_cursor(connection) as cursor:
         for _ in range(3):
-            cursor.execute(sql.JOB_INSERT, [
+            params = [
                 definition.name, opts["queue"], opts["priority"], _json_text(args),
                 _json_text(kwargs), opts["run_at"], opts["max_attempts"], key,
-                opts["timeout"],
-            ])
+            ]
+            if opts["timeout"] is None:
+                cursor.execute(sql.JOB_INSERT, params)
+            else:
+                cursor.execute(sql.JOB_INSERT_TIMEOUT, [*params, opts["timeout"]])
             row = cursor.fetchone()
             if row is not None:
                 return _new_job(alias, row, definition.name, opts, args, kwargs)

@@ -44,6 +44,23 @@ NOTIFY_CHANNEL = "pgjobs"
 JOB_INSERT = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
+                       idempotency_key)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, run_at, created_at
+)
+SELECT ins.id,
+       -- times as exact epoch microseconds: cheaper to decode than timestamptz
+       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
+       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
+       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
+  FROM ins
+"""
+
+# The same with a per-job timeout (``.using(timeout=...)``): a ninth parameter.
+JOB_INSERT_TIMEOUT = f"""
+WITH ins AS (
+    INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
                        idempotency_key, timeout)
     VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
