@@ -192,7 +192,10 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register ``func`` as a job. Usable bare (``@job``) or with options (``@job(queue=...)``)."""
 
     def decorate(f: Callable[..., Any]) -> JobFunction[Any, Any]:
+        from .apps import require_installed
+
         definition = make_definition(f, **options)
+        require_installed(f"@job {definition.name}")
         registry.register(definition)
         return JobFunction(definition)
 

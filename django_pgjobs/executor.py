@@ -23,7 +23,7 @@ from .context import JobContext
 from .decorators import JobDefinition
 from .exceptions import JobTimeout, LeaseLost, UnknownTask
 from .retry import backoff
-from .validation import check_json
+from .validation import check_json, check_result_size
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -257,6 +257,7 @@ def _check_return(value: Any, task: str) -> None:
     try:
         # A whole float >= 1e16 coming back as an int is no reason to dead-letter a job.
         check_json(value, f"the return value of {task}", exact_floats=False)
+        check_result_size(value, task)  # PGJOBS["MAX_RESULT_BYTES"]
     except TypeError as exc:
         raise _BadReturn(str(exc)) from None
     except RecursionError:

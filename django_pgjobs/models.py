@@ -14,8 +14,11 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from .apps import require_installed
 from .managers import JobManager
 from .states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
+
+require_installed("django_pgjobs.models")
 
 
 class Job(models.Model):

@@ -7,6 +7,8 @@ write that was fenced off.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -20,6 +22,20 @@ logger = logging.getLogger("django_pgjobs")
 def log_extra(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
     return {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
             "worker": worker}
+
+
+#: Callbacks waiting for the outcome of one attempt, keyed by (job id, lease):
+#: ``after_write`` registers one (the Tasks bridge, for ``task_finished``) and
+#: ``report`` calls it once the fenced write has been decided.
+_after_write: dict[tuple[int, int], Callable[[Outcome, bool], None]] = {}
+_after_write_lock = threading.Lock()
+
+
+def after_write(job_id: int, lease: int, callback: Callable[[Outcome, bool], None]) -> None:
+    """Call ``callback(outcome, ours)`` when the outcome of attempt ``lease`` of job
+    ``job_id`` has been written (``ours``) or fenced off (not ours)."""
+    with _after_write_lock:
+        _after_write[(job_id, lease)] = callback
 
 
 def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcome) -> bool:
@@ -67,6 +83,13 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
     base = {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
             "lease": claimed.lease, "worker": worker}
     extra = log_extra(claimed, worker)
+    with _after_write_lock:
+        callback = _after_write.pop((claimed.id, claimed.lease), None)
+    if callback is not None:
+        try:
+            callback(outcome, ours)
+        except Exception:  # noqa: BLE001 - report() never raises
+            logger.exception("job %s: after-write callback failed", claimed.id, extra=extra)
     if not ours:
         write = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
         report_fenced(claimed, write, worker=worker)

@@ -26,6 +26,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
+from .validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 JOB = "django_pgjobs_job"
 RESULT = "django_pgjobs_jobresult"
@@ -73,6 +74,14 @@ SELECT ins.id,
        pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
   FROM ins
 """
+
+# JOB_INSERT for .using(delay=...): run_at is the database's now() plus the delay,
+# the clock every other time of a job (claims, leases, backoff) is read from.
+JOB_INSERT_DELAYED = JOB_INSERT.replace("COALESCE(%s, now())", "now() + make_interval(secs => %s)")
+JOB_INSERT_TIMEOUT_DELAYED = JOB_INSERT_TIMEOUT.replace(
+    "COALESCE(%s, now())", "now() + make_interval(secs => %s)")
+# The same time for a bulk enqueue (COPY takes values, not expressions).
+DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
@@ -231,6 +240,14 @@ SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
  WHERE j.status = '{JobStatus.COMPLETED}'
 """
 
+def keep_newest(array: str) -> str:
+    """SQL for the jsonb array ``array`` cut to its ``%(keep)s`` newest entries
+    (``PGJOBS["MAX_ERRORS_KEPT"]``): the error history of a job stays bounded
+    however often it fails, is reclaimed or retried."""
+    return (f"jsonb_path_query_array({array}, 'lax $[last - $n + 1 to last]', "
+            "jsonb_build_object('n', %(keep)s::int))")
+
+
 # A failed attempt with attempts left: back to pending after the backoff delay.
 # Guarded by attempts: a row whose attempts are used up is dead-lettered instead,
 # whatever the caller decided, so no row is ever pending with attempts =
@@ -245,7 +262,7 @@ WITH upd AS (
                          ELSE '{JobStatus.DEAD}' END,
            finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
            run_at = now() + make_interval(secs => %(delay)s),
-           errors = errors || %(error)s::jsonb,
+           errors = {keep_newest("errors || %(error)s::jsonb")},
            last_error = %(last_error)s
      WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
     RETURNING id
@@ -265,7 +282,7 @@ WITH upd AS (
     UPDATE {JOB}
        SET status = '{JobStatus.DEAD}',
            finished_at = now(),
-           errors = errors || %(error)s::jsonb,
+           errors = {keep_newest("errors || %(error)s::jsonb")},
            last_error = %(last_error)s
      WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
     RETURNING id
@@ -311,7 +328,7 @@ UPDATE {JOB}
                      THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
        finished_at = CASE WHEN attempts < max_attempts AND %(retry)s THEN NULL ELSE now() END,
        run_at = now() + make_interval(secs => %(delay)s),
-       errors = errors || %(error)s::jsonb,
+       errors = {keep_newest("errors || %(error)s::jsonb")},
        last_error = %(last_error)s
  WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
 RETURNING status
@@ -341,14 +358,24 @@ RESULT_BY_KEY = f"SELECT value FROM {RESULT} WHERE idempotency_key = %s"
 
 _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
     'attempt', j.attempts, 'at', now(), 'type', %(type)s::text, 'message', %(message)s::text,
-    'traceback', NULL, 'worker', j.worker))"""
+    'traceback', NULL, 'worker', j.worker, 'refunded', stale.refund))"""
+
+# How many times a job's worker was lost while running it with the attempt given
+# back (entries marked "refunded" by the reaper; an admin retry clears the marks).
+_REFUNDED = "jsonb_array_length(jsonb_path_query_array(errors, 'lax $[*] ? (@.refunded == true)'))"
 
 # Reclaim running jobs whose heartbeat is stale. SKIP LOCKED: reapers on many
 # hosts split the stale rows between them and never wait on a worker that is
 # completing the same row right now; the lease bump fences the lost worker.
+#
+# A lost worker is not its jobs' fault, except for one of them perhaps (os._exit,
+# a segfault, an OOM kill takes every neighbour in the process along): the attempt
+# is given back (attempts - 1, back to pending) unless the job has already had it
+# given back max_attempts times (bounded by the kept history), and then it is
+# dead-lettered: a real crasher still ends, its neighbours lose nothing.
 JOB_REAP_STALE = f"""
 WITH stale AS (
-    SELECT id FROM {JOB}
+    SELECT id, {_REFUNDED} < least(max_attempts, %(keep)s) AS refund FROM {JOB}
      WHERE status = '{JobStatus.RUNNING}'
        AND heartbeat_at < now() - make_interval(secs => %(stale_after)s)
      ORDER BY heartbeat_at
@@ -357,12 +384,14 @@ WITH stale AS (
 )
 UPDATE {JOB} AS j
    SET lease = j.lease + 1,
-       status = CASE WHEN j.attempts >= j.max_attempts
-                     THEN '{JobStatus.DEAD}' ELSE '{JobStatus.PENDING}' END,
-       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       status = CASE WHEN stale.refund THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+       attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
+       finished_at = CASE WHEN stale.refund THEN NULL ELSE now() END,
        run_at = now(),
-       errors = j.errors || {_ERROR_ENTRY},
-       last_error = %(message)s
+       errors = {keep_newest(f"j.errors || {_ERROR_ENTRY}")},
+       last_error = %(message)s || CASE WHEN stale.refund THEN '; the attempt was not counted'
+                                        ELSE '; dead-lettered: its workers were lost too often'
+                                   END
   FROM stale
  WHERE j.id = stale.id
 RETURNING j.id, j.task, j.status, j.attempts, j.worker
@@ -383,6 +412,13 @@ UPDATE {JOB} AS j
 RETURNING j.id
 """
 
+# The error history with the reaper's "refunded" marks cleared (see JOB_REAP_STALE).
+_FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"refunded": false}'
+                                           ELSE e END ORDER BY i), '[]'::jsonb)
+          FROM jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array'
+                                         THEN j.errors ELSE '[]'::jsonb END)
+               WITH ORDINALITY AS x(e, i))"""
+
 # Retry now: dead, cancelled, or stuck running (stale heartbeat) -> pending, attempts
 # reset, lease bumped so a stuck job's zombie is fenced; the error history stays.
 JOB_RETRY_NOW = f"""
@@ -397,7 +433,9 @@ WITH mine AS (
 )
 UPDATE {JOB} AS j
    SET status = '{JobStatus.PENDING}', lease = j.lease + 1, attempts = 0,
-       run_at = now(), finished_at = NULL
+       run_at = now(), finished_at = NULL,
+       -- the history stays (newest entries only); a fresh start forgives lost workers
+       errors = {keep_newest(_FORGIVEN)}
   FROM mine WHERE j.id = mine.id
 RETURNING j.id
 """
@@ -649,13 +687,14 @@ def retry(
 ) -> bool:
     return _fenced(connection, JOB_RETRY, {
         "id": id, "lease": lease, "delay": delay,
-        "error": json.dumps([error]), "last_error": _last_error(error),
+        "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep(),
     })
 
 
 def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
     return _fenced(connection, JOB_DEAD, {
         "id": id, "lease": lease, "error": json.dumps([error]), "last_error": _last_error(error),
+        "keep": _keep(),
     })
 
 
@@ -679,7 +718,7 @@ def timed_out(connection: BaseDatabaseWrapper, *, id: int, lease: int, retry: bo
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_TIMED_OUT, {
             "id": id, "lease": lease, "retry": retry, "delay": delay,
-            "error": json.dumps([error]), "last_error": _last_error(error)})
+            "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep()})
         row = cursor.fetchone()
     return None if row is None else str(row[0])
 
@@ -710,7 +749,7 @@ def reap(
     with connection.cursor() as cursor:
         cursor.execute(JOB_REAP_STALE, {
             "stale_after": stale_after, "batch": batch, "message": message,
-            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}", "keep": _keep(),
         })
         return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
 
@@ -723,8 +762,15 @@ def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
 
 def retry_now(connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float) -> set[int]:
     with connection.cursor() as cursor:
-        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after})
+        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after,
+                                       "keep": _keep()})
         return {r[0] for r in cursor.fetchall()}
+
+
+def _keep() -> int:
+    from .conf import get_settings
+
+    return get_settings().MAX_ERRORS_KEPT
 
 
 def _last_error(error: dict[str, Any]) -> str:
@@ -867,8 +913,29 @@ LIMIT 1000
 # Same statement shape as JOB_INSERT: ON CONFLICT on the partial unique key index
 # (waits only for a concurrent inserter of the same key), NOTIFY at commit.
 # Returns the new job's id, or NULL when a job with that key already exists.
+#
+# Version 2 (migration 0003, which holds a frozen copy of this text; a test keeps
+# the two equal): the function and the table it writes are schema-qualified with
+# the jobs table's own schema and the function runs with a pinned search_path, so
+# a caller with another search_path (pg_cron, a trigger, a hostile session) gets
+# the same behaviour; arguments are bounded like the Python enqueue's (size from
+# the setting pgjobs.max_args_bytes, default 1 MiB; nesting; huge numbers).
+# The statement is a DO block that finds the table's schema and creates the
+# function in it; @SCHEMA@ is that schema as an identifier, @SCHEMA_LITERAL@ the
+# same text escaped for use inside a string literal of the body.
+# A list or object nested deeper than validation.MAX_DEPTH inside one argument.
+_TOO_DEEP = (f'strict $.**{{{MAX_JSON_DEPTH + 1} to last}} '
+             '? (@.type() == "array" || @.type() == "object")')
+
 ENQUEUE_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION pgjobs_enqueue(
+DO $do$
+DECLARE
+    schema_name text := (SELECT n.nspname FROM pg_class c
+                           JOIN pg_namespace n ON n.oid = c.relnamespace
+                          WHERE c.oid = '{JOB}'::regclass);
+BEGIN
+EXECUTE replace(replace($create$
+CREATE OR REPLACE FUNCTION @SCHEMA@.pgjobs_enqueue(
     task text,
     args jsonb DEFAULT NULL,
     kwargs jsonb DEFAULT NULL,
@@ -879,30 +946,52 @@ CREATE OR REPLACE FUNCTION pgjobs_enqueue(
     max_attempts integer DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     cols text[] := ARRAY['task'];
     vals text[] := ARRAY['$1'];
     new_id bigint;
     new_queue text;
+    max_bytes bigint := coalesce(
+        nullif(current_setting('pgjobs.max_args_bytes', true), '')::bigint, 1048576);
+    size bigint := coalesce(octet_length(args::text), 0) + coalesce(octet_length(kwargs::text), 0);
 BEGIN
     IF task IS NULL OR length(task) = 0 OR length(task) > 255 THEN
         RAISE EXCEPTION 'pgjobs_enqueue: task must be a registered task name of 1-255 characters, got %',
             coalesce(quote_literal(task), 'NULL') USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF size > max_bytes THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args and kwargs are % bytes as JSON, more than pgjobs.max_args_bytes (%); store large data elsewhere and pass its key',
+            size, max_bytes USING ERRCODE = 'program_limit_exceeded';
+    END IF;
     IF args IS NOT NULL THEN
         IF jsonb_typeof(args) <> 'array' THEN
-            RAISE EXCEPTION 'pgjobs_enqueue: args must be a JSON array, got %', args
+            RAISE EXCEPTION 'pgjobs_enqueue: args must be a JSON array, got %', left(args::text, 200)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'args'::text; vals := vals || '$2'::text;
     END IF;
     IF kwargs IS NOT NULL THEN
         IF jsonb_typeof(kwargs) <> 'object' THEN
-            RAISE EXCEPTION 'pgjobs_enqueue: kwargs must be a JSON object, got %', kwargs
+            RAISE EXCEPTION 'pgjobs_enqueue: kwargs must be a JSON object, got %', left(kwargs::text, 200)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'kwargs'::text; vals := vals || '$3'::text;
+    END IF;
+    -- What Python could not decode again: nesting deeper than {MAX_JSON_DEPTH} levels
+    -- inside an argument, numbers of more than about 4,200 digits.
+    IF jsonb_path_exists(coalesce(args, '[]'), '{_TOO_DEEP}')
+       OR jsonb_path_exists(coalesce(kwargs, '{{}}'), '{_TOO_DEEP}') THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args or kwargs nest lists/objects more than {MAX_JSON_DEPTH} levels deep'
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_path_query(
+                   coalesce(args, '[]') || jsonb_build_array(coalesce(kwargs, '{{}}')),
+                   'strict $.** ? (@.type() == "number")') AS n(v)
+                WHERE length(n.v::text) > 4200) THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args or kwargs hold a number of more than 4200 digits; pass it as a string'
+            USING ERRCODE = 'program_limit_exceeded';
     END IF;
     IF queue IS NOT NULL THEN
         IF length(btrim(queue)) = 0 OR length(queue) > 100 OR queue <> btrim(queue)
@@ -929,7 +1018,7 @@ BEGIN
     IF idempotency_key IS NOT NULL THEN
         IF length(idempotency_key) = 0 OR length(idempotency_key) > 255 THEN
             RAISE EXCEPTION 'pgjobs_enqueue: idempotency_key must be 1-255 characters, got %',
-                quote_literal(idempotency_key) USING ERRCODE = 'invalid_parameter_value';
+                quote_literal(left(idempotency_key, 300)) USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'idempotency_key'::text; vals := vals || '$7'::text;
     END IF;
@@ -941,7 +1030,7 @@ BEGIN
         cols := cols || 'max_attempts'::text; vals := vals || '$8'::text;
     END IF;
     EXECUTE format(
-        'INSERT INTO {JOB} (%s) VALUES (%s) '
+        'INSERT INTO @SCHEMA_LITERAL@.{JOB} (%s) VALUES (%s) '
         'ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING '
         'RETURNING id, queue',
         array_to_string(cols, ', '), array_to_string(vals, ', '))
@@ -953,9 +1042,8 @@ BEGIN
     RETURN new_id;
 END
 $fn$
+$create$, '@SCHEMA_LITERAL@', replace(quote_ident(schema_name), chr(39), chr(39) || chr(39))),
+   '@SCHEMA@', quote_ident(schema_name));
+END
+$do$
 """
-
-ENQUEUE_FUNCTION_DROP = (
-    "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, "
-    "text, integer)"
-)

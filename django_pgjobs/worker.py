@@ -167,8 +167,9 @@ class Worker:
         self.restart_reason: str | None = None
         self.claimed_count = 0
         self.finished_count = 0
-        self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0}
-        self.timed_out_count = 0  # runs given up on (also counted as retry or dead)
+        # timed_out: runs given up on (each also counted as retry or dead)
+        self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0,
+                       "timed_out": 0}
 
     # ------------------------------------------------------------------ control
 
@@ -692,7 +693,7 @@ class Worker:
         claimed = entry.claimed
         outcomes.report(claimed, outcome, ours=ok, worker=self.id)
         if outcome.extra.get("timed_out") and ok:
-            self.timed_out_count += 1
+            self.counts["timed_out"] += 1
         self.counts[outcome.kind if ok else "fenced"] += 1
         with self._lock:
             self.inflight.pop(claimed.id, None)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_pgjobs", "0002_pgjobs_enqueue")]
+    dependencies = [("django_pgjobs", "0003_enqueue_function_v2")]
 
     operations = [
         migrations.AddField(
