@@ -142,22 +142,16 @@ def enqueue_one(
     args_text, kwargs_text = _json_text(args), _json_text(kwargs)
     check_size(definition.func, definition.name, args, kwargs, len(args_text) + len(kwargs_text),
                takes_context=definition.takes_context)
-    timed = opts["timeout"] is not None  # a ninth parameter (cron uses the eight-one)
     if opts["delay"] is None:
-        statement = sql.JOB_INSERT_TIMEOUT if timed else sql.JOB_INSERT
-        when = opts["run_at"]
+        statement, when = sql.JOB_INSERT, opts["run_at"]
     else:
-        statement = sql.JOB_INSERT_TIMEOUT_DELAYED if timed else sql.JOB_INSERT_DELAYED
-        when = opts["delay"].total_seconds()
+        statement, when = sql.JOB_INSERT_DELAYED, opts["delay"].total_seconds()
     with sql.hot_cursor(connection) as cursor:
         for _ in range(3):
-            params = [
+            cursor.execute(statement, [
                 definition.name, opts["queue"], opts["priority"], args_text,
-                kwargs_text, when, opts["max_attempts"], key,
-            ]
-            if opts["timeout"] is not None:
-                params.append(opts["timeout"])
-            cursor.execute(statement, params)
+                kwargs_text, when, opts["max_attempts"], key, opts["timeout"],
+            ])
             row = cursor.fetchone()
             if row is not None:
                 return _new_job(alias, row, definition.name, opts, args, kwargs)

@@ -45,23 +45,6 @@ NOTIFY_CHANNEL = "pgjobs"
 JOB_INSERT = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue, run_at, created_at
-)
-SELECT ins.id,
-       -- times as exact epoch microseconds: cheaper to decode than timestamptz
-       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
-       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
-       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
-  FROM ins
-"""
-
-# The same with a per-job timeout (``.using(timeout=...)``): a ninth parameter.
-JOB_INSERT_TIMEOUT = f"""
-WITH ins AS (
-    INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
                        idempotency_key, timeout)
     VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -78,8 +61,6 @@ SELECT ins.id,
 # JOB_INSERT for .using(delay=...): run_at is the database's now() plus the delay,
 # the clock every other time of a job (claims, leases, backoff) is read from.
 JOB_INSERT_DELAYED = JOB_INSERT.replace("COALESCE(%s, now())", "now() + make_interval(secs => %s)")
-JOB_INSERT_TIMEOUT_DELAYED = JOB_INSERT_TIMEOUT.replace(
-    "COALESCE(%s, now())", "now() + make_interval(secs => %s)")
 # The same time for a bulk enqueue (COPY takes values, not expressions).
 DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 
