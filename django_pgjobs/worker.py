@@ -198,10 +198,11 @@ class Worker:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         use_async = any(d.is_async and not d.atomic for d in registry.all_definitions())
-        logger.info("worker %s starting: queues=%s concurrency=%d batch=%d listen=%s burst=%s%s",
-                    self.id, ",".join(self.queues) if self.queues else "*", self.concurrency,
-                    self.batch, self.listen, self.burst,
-                    f" async_concurrency={self.async_concurrency}" if use_async else "")
+        logger.info("worker %s starting: queues=%s concurrency=%d async_concurrency=%s batch=%d "
+                    "listen=%s burst=%s", self.id,
+                    ",".join(self.queues) if self.queues else "*", self.concurrency,
+                    self.async_concurrency if use_async else "- (no async jobs)", self.batch,
+                    self.listen, self.burst)
         pool: JobRunners[InFlight] = JobRunners(self.concurrency, self._run_job, "pgjobs-job")
         self._pool = pool
         if use_async:
