@@ -167,6 +167,7 @@ class Worker:
         self.restart_reason: str | None = None
         self.claimed_count = 0
         self.finished_count = 0
+        # timed_out: runs given up on (each also counted as retry or dead)
         self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0,
                        "timed_out": 0}
 
@@ -375,14 +376,13 @@ class Worker:
         sync_part = max(0, self.concurrency + self._prefetch() - busy_sync)
         if self._async is not None:
             # A claim cannot choose sync or async jobs: size it for the kind the last
-            # claim brought, plus one to notice the other kind, so neither kind is
-            # hoarded for the other's free slots.
+            # claim brought (jobs of the other kind in it run all the same), so
+            # neither kind is hoarded for the other's free slots.
             async_part = max(0, self.async_concurrency + self._async_prefetch() - busy_async)
             if self._claim_kind == "async":
-                sync_part = min(1, sync_part) if async_part else 0
-            elif self._claim_kind != "mixed":
-                async_part = min(1, async_part) if sync_part else 0
-            sync_part += async_part
+                sync_part = async_part
+            elif self._claim_kind == "mixed":
+                sync_part += async_part
         want = min(sync_part, self.batch if self._claim_kind != "async"
                    else max(self.batch, self.async_concurrency))
         if self.max_jobs is not None:
