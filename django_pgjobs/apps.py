@@ -1,4 +1,5 @@
-"""App config: autodiscover every installed app's ``jobs`` module at startup."""
+"""App config: import every installed app's ``jobs`` module and
+``PGJOBS["JOB_MODULES"]`` at startup; sync ``PGJOBS["QUEUES"]`` after ``migrate``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ class PgJobsConfig(AppConfig):
         from . import checks  # noqa: F401  (registers the system checks)
 
         autodiscover_modules("jobs")
+        from .conf import get_settings
+        from .registry import import_job_modules
+
+        import_job_modules(get_settings().JOB_MODULES)
+        from django.db.models.signals import post_migrate
+
+        from .flow import sync_after_migrate
+
+        post_migrate.connect(sync_after_migrate, sender=self)
         from .backend import autodiscover_tasks
 
         autodiscover_tasks()  # django.tasks modules, when TASKS uses PgJobsBackend

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import registry
 from .conf import suggest
+from .keys import check_concurrency, check_fields_exist, check_unique_while
 from .validation import (
     check_max_attempts,
     check_options,
@@ -28,7 +29,7 @@ R = TypeVar("R")
 
 JOB_OPTIONS = frozenset(
     {"name", "queue", "priority", "max_attempts", "atomic", "takes_context", "cron",
-     "retry_on", "discard_on"}
+     "retry_on", "discard_on", "concurrency_key", "concurrency_limit", "unique_while"}
 )
 
 
@@ -48,6 +49,10 @@ class JobDefinition:
     discard_on: tuple[type[BaseException], ...] = ()
     is_async: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # Flow control (flow.py, keys.py): computed at enqueue, stored on the row.
+    concurrency_key: str | Callable[..., Any] | None = None
+    concurrency_limit: int = 1
+    unique_while: str | None = None  # "pending" | "active"
 
     def should_retry(self, exc: BaseException) -> bool:
         """``discard_on`` wins; with ``retry_on`` set only those exceptions retry."""
@@ -94,7 +99,9 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
     if cron is not None and (not isinstance(cron, str) or not cron.strip()):
         raise ValueError(f"@job(cron=...) must be a cron expression string, got {cron!r}")
     max_attempts = options.get("max_attempts")
-    return JobDefinition(
+    concurrency_key, concurrency_limit = check_concurrency(
+        options.get("concurrency_key"), options.get("concurrency_limit"), name)
+    definition = JobDefinition(
         name=name,
         func=func,
         queue=check_queue(options.get("queue", "default")),
@@ -106,7 +113,12 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         retry_on=_exception_classes(options.get("retry_on"), "retry_on"),
         discard_on=_exception_classes(options.get("discard_on"), "discard_on"),
         is_async=inspect.iscoroutinefunction(func),
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
+        unique_while=check_unique_while(options.get("unique_while")),
     )
+    check_fields_exist(definition)
+    return definition
 
 
 class JobFunction(Generic[P, R]):
@@ -129,7 +141,8 @@ class JobFunction(Generic[P, R]):
         return f"<job {self.definition.name}>"
 
     def using(self, **options: Any) -> JobFunction[P, R]:
-        """A copy with per-call overrides: queue, priority, run_at/delay, max_attempts, idempotency_key."""
+        """A copy with per-call overrides: queue, priority, run_at/delay, max_attempts,
+        idempotency_key, unique_key."""
         checked = check_options(options)
         merged = {**self.call_options}
         if "run_at" in checked:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql
+from . import keys, registry, sql
 from .conf import get_settings
 from .validation import check_arguments, check_options
 
@@ -81,6 +81,8 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
         "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
         "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
         "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
+        "concurrency_key": opts.get("concurrency_key"),
+        "concurrency_limit": opts.get("concurrency_limit"), "unique_key": opts.get("unique_key"),
     }
     return Job.from_db(alias, attnames, [values[name] for name in attnames])
 
@@ -97,6 +99,7 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
         "run_at": run_at,
         "max_attempts": max_attempts or get_settings().MAX_ATTEMPTS,
         "idempotency_key": options.get("idempotency_key"),
+        "unique_key": options.get("unique_key"),
     }
 
 
@@ -114,6 +117,8 @@ def enqueue_one(
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
     connection = connections[alias]
+    if definition.concurrency_key is not None or definition.unique_while is not None:
+        return _enqueue_flow(definition, args, kwargs, opts, alias)
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
     with sql.hot_cursor(connection) as cursor:
@@ -132,6 +137,48 @@ def enqueue_one(
                 return _row_to_job(alias, row)
             # The owner vanished between the two statements (pruned); try again.
     raise RuntimeError(f"could not enqueue {definition.name} with idempotency key {key!r}")
+
+
+def _enqueue_flow(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any],
+                  opts: dict[str, Any], alias: str) -> Job:
+    """Enqueue a job with a concurrency key and/or a unique_while key (keys.py).
+
+    ``ON CONFLICT DO NOTHING`` covers both unique indexes: a concurrent enqueue of
+    the same unique key waits for the other transaction and then writes nothing,
+    so two racing enqueues make one row. The caller then gets the job that holds
+    the key (or the idempotency key).
+    """
+    keys.format_check(definition, args, kwargs)
+    ckey = keys.concurrency_key(definition, args, kwargs)
+    opts["concurrency_key"] = ckey
+    opts["concurrency_limit"] = definition.concurrency_limit if ckey is not None else None
+    opts["unique_key"] = keys.unique_key(definition, args, kwargs, opts.get("unique_key"))
+    _, job_by_key, _ = _columns()
+    by_unique = job_by_key.replace("WHERE idempotency_key = %s", sql.JOB_BY_UNIQUE_KEY_WHERE)
+    connection = connections[alias]
+    with sql.hot_cursor(connection) as cursor:
+        for _ in range(3):
+            cursor.execute(sql.JOB_INSERT_FLOW, [
+                definition.name, opts["queue"], opts["priority"], _json_text(args),
+                _json_text(kwargs), opts["run_at"], opts["max_attempts"], opts["idempotency_key"],
+                ckey, opts["concurrency_limit"], opts["unique_key"],
+            ])
+            row = cursor.fetchone()
+            if row is not None:
+                return _new_job(alias, row, definition.name, opts, args, kwargs)
+            # A key is taken: return the job that holds it, writing nothing.
+            if opts["idempotency_key"] is not None:
+                cursor.execute(job_by_key, [opts["idempotency_key"]])
+                row = cursor.fetchone()
+                if row is not None:
+                    return _row_to_job(alias, row)
+            if opts["unique_key"] is not None:
+                cursor.execute(by_unique, [opts["unique_key"]])
+                row = cursor.fetchone()
+                if row is not None:
+                    return _row_to_job(alias, row)
+            # The holder finished between the two statements: the key is free, try again.
+    raise RuntimeError(f"could not enqueue {definition.name}: its key stayed taken")
 
 
 def enqueue_by_name(
@@ -185,9 +232,15 @@ def enqueue_batch(
         )
     if isinstance(calls, str | bytes | Mapping):
         raise TypeError(f"enqueue_many takes an iterable of argument tuples, got {type(calls).__name__}")
+    if definition.unique_while is not None:
+        raise ValueError(
+            f"enqueue_many cannot enqueue {definition.name}: it is @job(unique_while=...), and "
+            "each enqueue must check its key; enqueue it one by one with .enqueue()"
+        )
     opts = resolve_options(definition, options)
     rows: list[tuple[Any, ...]] = []
     with_run_at = opts["run_at"] is not None
+    keyed = definition.concurrency_key is not None
     for index, item in enumerate(calls):
         args, kwargs = _split_call(item, definition.name, index)
         try:
@@ -199,10 +252,19 @@ def enqueue_batch(
             definition.name, opts["queue"], opts["priority"], _json_text(args),
             _json_text(kwargs), opts["max_attempts"],
         )
+        if keyed:
+            try:
+                keys.format_check(definition, args, kwargs)
+                ckey = keys.concurrency_key(definition, args, kwargs)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"enqueue_many item {index}: {exc}") from None
+            row = (*row, ckey, None if ckey is None else definition.concurrency_limit)
         rows.append((*row, opts["run_at"]) if with_run_at else row)
     if not rows:
         return 0
-    columns = "task, queue, priority, args, kwargs, max_attempts" + (", run_at" if with_run_at else "")
+    columns = ("task, queue, priority, args, kwargs, max_attempts"
+               + (", concurrency_key, concurrency_limit" if keyed else "")
+               + (", run_at" if with_run_at else ""))
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.

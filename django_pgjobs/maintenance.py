@@ -33,8 +33,10 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
     from .cron import CronTicker, load_schedules
     from .pruner import Pruner
     from .reaper import Reaper
+    from .skew import UnknownTaskSweeper
 
-    services: list[Service] = [Reaper(alias=alias, worker=worker)]
+    services: list[Service] = [Reaper(alias=alias, worker=worker),
+                               UnknownTaskSweeper(alias=alias)]
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
     services.append(Pruner(alias=alias, time_budget=2.0))
     if get_settings().CRON_ENGINE == "builtin":
