@@ -273,11 +273,14 @@ _FLOW_PICK = f"""cand AS (
      WHERE j.status = '{JobStatus.PENDING}'
        FOR UPDATE OF j SKIP LOCKED
 ), claimed AS ({_CLAIM_SET}), logged AS (
-    -- the sliding window of the rate limit: this claim's starts, and only the
-    -- starts of the last period (at most N entries)
+    -- the sliding window of the rate limit: this claim's starts, and the starts
+    -- of the last period. now() is the transaction's start, which can precede the
+    -- lock grant (and a claim that committed before): counting every entry newer
+    -- than now() - period, even "future" ones, keeps any window of one period at
+    -- most N; entries are kept one second longer than a period for such a claim.
     UPDATE {QUEUE} q
        SET rate_log = ARRAY(SELECT t.at FROM unnest(q.rate_log) AS t(at)
-                             WHERE t.at > now() - {_RATE_PERIOD}
+                             WHERE t.at > now() - {_RATE_PERIOD} - interval '1 second'
                             UNION ALL
                             SELECT now() FROM generate_series(1, s.started)
                             ORDER BY 1)
