@@ -117,7 +117,8 @@ def enqueue_one(
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
     connection = connections[alias]
-    if definition.concurrency_key is not None or definition.unique_while is not None:
+    if (definition.concurrency_key is not None or definition.unique_while is not None
+            or opts["unique_key"] is not None):
         return _enqueue_flow(definition, args, kwargs, opts, alias)
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
