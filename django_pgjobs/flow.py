@@ -5,7 +5,9 @@ so they hold across every worker and host. This module decides, per worker, whic
 claim to run: a worker caches the queue rows that limit something (refreshed every
 ``POLL_INTERVAL`` and at once on a queue-change NOTIFY) and takes the unlimited
 fast path — the 0.1 claim, no extra join or lock — unless a queue in its scope is
-limited or one of its tasks has a concurrency key.
+limited or one of its tasks has a concurrency key. The fast path takes any task
+and gives back (uncounted) a job of a task this worker does not know, then filters
+by task from then on (deploy skew, see ``FlowState.claim``).
 """
 
 from __future__ import annotations
@@ -190,9 +192,13 @@ class FlowState:
         self.queues = list(queues) if queues else None
         definitions = registry.all_definitions()
         names = sorted(d.name for d in definitions) if tasks is None else sorted(tasks)
-        self.tasks = names
+        self.tasks = tuple(names)
         self.keyed = any(d.concurrency_key is not None for d in definitions
                          if d.name in set(names))
+        self._known = frozenset(names)
+        # Set once a claim returned a job of a task this worker does not know (deploy
+        # skew): from then on the fast path filters by task too (see claim()).
+        self.skew_seen = False
         self.refresh = get_settings().POLL_INTERVAL if refresh is None else refresh
         self._loaded_at: float | None = None
         self.limits: dict[str, QueueLimits] = {}
@@ -220,10 +226,38 @@ class FlowState:
                 # Pause alone needs no lock: leave the paused queues out of the list.
                 paused = {q.name for q in in_scope if q.paused}
                 queues = [q for q in queues if q not in paused]
-        return {"queues": queues, "tasks": self.tasks, "limited": limited}
+        filtered = limited or self.skew_seen
+        return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
 
     def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[sql.Claimed]:
+        """Claim up to ``n`` jobs of known tasks.
+
+        The fast path is the 0.1 claim exactly, with no task filter: in steady state
+        every pending job is of a known task, and the filter measurably slowed the
+        hottest statement. The first job of an unknown task it meets is given back
+        at once, uncounted (``sql.release``), and from then on this worker claims
+        with the known-task filter, so it never takes such a job again.
+        """
         options = self.claim_options(connection)
         if options["queues"] == []:
             return []  # every queue of this worker is paused
-        return sql.claim(connection, worker=worker, n=n, **options)
+        claimed = sql.claim(connection, worker=worker, n=n, **options)
+        if options["tasks"] is None:
+            unknown = [c for c in claimed if c.task not in self._known]
+            if unknown:
+                self.skew_seen = True
+                for c in unknown:
+                    sql.release(connection, id=c.id, lease=c.lease)
+                logger.warning(
+                    "worker %s gave back %d job(s) of task(s) it does not know (%s), uncounted; "
+                    "they wait for a worker that registers them (a rolling deploy?) and this "
+                    "worker now claims only its own tasks. %s", worker, len(unknown),
+                    ", ".join(sorted({c.task for c in unknown})), _discovery_hint())
+                claimed = [c for c in claimed if c.task in self._known]
+        return claimed
+
+
+def _discovery_hint() -> str:
+    from .skew import DISCOVERY_HINT
+
+    return DISCOVERY_HINT

@@ -74,7 +74,7 @@ def test_concurrency_key_from_positional_args_and_callables() -> None:
 
 @db
 def test_a_key_that_cannot_be_built_writes_nothing() -> None:
-    with pytest.raises(ValueError, match="concurrency_key of tests.flow_keyed_jobs.by_account"):
+    with pytest.raises(ValueError, match=r"concurrency_key of tests\.flow_keyed_jobs\.by_account"):
         Job.objects.enqueue("tests.flow_keyed_jobs.by_account", args=[{}])
     assert not Job.objects.exists()
 
@@ -252,6 +252,21 @@ def test_claims_skip_tasks_the_worker_does_not_know() -> None:
 
 
 @db
+def test_fast_path_gives_back_an_unknown_task_uncounted_then_filters() -> None:
+    unknown = jobs.noop.using(priority=5).enqueue()
+    Job.objects.filter(id=unknown.id).update(task="tests.next_release.job")
+    ours = jobs.noop.enqueue()
+    state = FlowState(["default"], [jobs.noop.name])
+    assert state.claim_options(connection)["tasks"] is None  # the 0.1 claim, unfiltered
+    assert [c.id for c in state.claim(connection, worker="w", n=1)] == []
+    row = Job.objects.get(id=unknown.id)
+    assert (row.status, row.attempts, row.lease) == ("pending", 0, 1)  # given back, uncounted
+    assert state.skew_seen and state.claim_options(connection)["tasks"] == (jobs.noop.name,)
+    assert [c.id for c in state.claim(connection, worker="w", n=5)] == [ours.id]
+    assert Job.objects.get(id=unknown.id).status == "pending"
+
+
+@db
 def test_sweeper_dead_letters_only_after_the_timeout(settings: Any) -> None:
     settings.PGJOBS = {**settings.PGJOBS, "UNKNOWN_TASK_TIMEOUT": 60}
     waiting = jobs.noop.enqueue()
@@ -293,7 +308,7 @@ def test_unknown_task_error_says_where_jobs_must_live() -> None:
 def test_job_modules_that_cannot_be_imported_are_named() -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    with pytest.raises(ImproperlyConfigured, match="JOB_MODULES'\\] lists 'tests.nope'"):
+    with pytest.raises(ImproperlyConfigured, match=r"JOB_MODULES'\] lists 'tests\.nope'"):
         registry.import_job_modules(["tests.nope"])
     assert registry.find(flow_jobs.limited.name) is not None  # loaded by JOB_MODULES
 
