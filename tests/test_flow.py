@@ -341,3 +341,39 @@ def test_known_task_claims_are_the_fast_path_plus_a_filter(statement: str, extra
     assert '"Node Type": "Seq Scan"' not in plan and "Bitmap Heap Scan" not in plan, plan
     # no join to the queue table, no advisory lock: only the task filter was added
     assert sql.QUEUE not in statement and "advisory" not in statement
+
+
+# -- admin ----------------------------------------------------------------------------
+
+
+@db
+def test_queue_admin_lists_edits_pauses_and_resumes(admin_client: Any) -> None:
+    flow_jobs.held.enqueue(1)
+    Queue.objects.create(name="flow-held", max_running=2)
+    url = "/admin/django_pgjobs/queue/"
+    page = admin_client.get(url)
+    assert page.status_code == 200 and b"flow-held" in page.content
+    response = admin_client.post(url, {"action": "pause", "_selected_action": ["flow-held"]})
+    assert response.status_code == 302
+    assert Queue.objects.get(name="flow-held").paused
+    admin_client.post(url, {"action": "resume", "_selected_action": ["flow-held"]})
+    assert not Queue.objects.get(name="flow-held").paused
+    bad = admin_client.post(f"{url}add/", {"name": "new", "rate": "10/d", "max_running": ""})
+    assert bad.status_code == 200 and b"rate must be" in bad.content
+    assert not Queue.objects.filter(name="new").exists()
+    good = admin_client.post(f"{url}add/", {"name": "new", "rate": "10/m", "max_running": "3"})
+    assert good.status_code == 302
+    assert Queue.objects.filter(name="new", rate="10/m", max_running=3).exists()
+
+
+@db
+def test_job_admin_filter_shows_jobs_no_live_worker_knows(admin_client: Any) -> None:
+    waiting = jobs.noop.enqueue()
+    Job.objects.filter(id=waiting.id).update(task="tests.next_release.job")
+    known_job = jobs.noop.enqueue()
+    WorkerRow.objects.create(id="w1", host="h", pid=1, queues=["*"], concurrency=1,
+                             tasks=[jobs.noop.name])
+    page = admin_client.get("/admin/django_pgjobs/job/?attention=unknown")
+    assert page.status_code == 200
+    ids = [j.id for j in page.context["cl"].result_list]
+    assert ids == [waiting.id] and known_job.id not in ids
