@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -202,7 +201,7 @@ class Queue(models.Model):
     A queue without a row (or with an empty one) is unlimited. ``PGJOBS["QUEUES"]``
     is synced into these rows at ``migrate`` and at worker start; the admin edits
     them at runtime. ``rate_log`` holds the start times of the last period (the
-    sliding window of the rate limit); nobody edits it by hand.
+    sliding window of the rate limit, epoch seconds); nobody edits it by hand.
     """
 
     name = models.CharField(max_length=100, primary_key=True)
@@ -212,7 +211,10 @@ class Queue(models.Model):
     rate = models.CharField(
         max_length=20, null=True, blank=True,
         help_text='job starts per period across all workers: "N/s", "N/m" or "N/h"')
-    rate_log = ArrayField(models.DateTimeField(), default=list, blank=True, editable=False)
+    # Epoch seconds of the starts in the last period (jsonb: no dependency on
+    # django.contrib.postgres, whose ArrayField Django 6.1 wants in INSTALLED_APPS).
+    rate_log = models.JSONField(default=list, blank=True, editable=False,
+                                db_default=models.Value([], models.JSONField()))
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

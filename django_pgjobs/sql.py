@@ -213,27 +213,31 @@ QUEUE = "django_pgjobs_queue"
 FLOW_LOCK_KEY = 0x70676A6F6273  # "pgjobs"
 FLOW_LOCK = f"SELECT pg_advisory_xact_lock({FLOW_LOCK_KEY})"
 
-# "N/s" | "N/m" | "N/h" of a queue row q, as (count, interval).
+# "N/s" | "N/m" | "N/h" of a queue row q, as (count, seconds). rate_log is a jsonb
+# array of epoch seconds (numeric: exact to the microsecond).
 _RATE_N = "split_part(q.rate, '/', 1)::int"
-_RATE_PERIOD = ("CASE split_part(q.rate, '/', 2) WHEN 's' THEN interval '1 second' "
-                "WHEN 'm' THEN interval '1 minute' ELSE interval '1 hour' END")
+_RATE_PERIOD = ("CASE split_part(q.rate, '/', 2) WHEN 's' THEN 1 WHEN 'm' THEN 60 "
+                "ELSE 3600 END")
+_NOW_EPOCH = "extract(epoch FROM now())"
 
 # The candidate queues (qs.name) with what each may still start now:
 # min(n, max_running - running, rate - starts in the last period). Paused queues
 # and queues at a limit drop out. Running counts come from the running index
 # (as many rows as jobs in flight). A queue without a row is unlimited.
-_FLOW_ALLOWANCE = f"""allowance AS (
+_FLOW_ALLOWANCE = f"""allowance AS MATERIALIZED (
     SELECT qs.name,
            LEAST(%(n)s,
                  COALESCE(q.max_running - (SELECT count(*) FROM {JOB} r
                                             WHERE r.status = '{JobStatus.RUNNING}'
                                               AND r.queue = qs.name), %(n)s),
-                 COALESCE({_RATE_N} - (SELECT count(*) FROM unnest(q.rate_log) AS t(at)
-                                        WHERE t.at > now() - {_RATE_PERIOD}), %(n)s)
+                 COALESCE({_RATE_N} - (SELECT count(*)
+                                         FROM jsonb_array_elements_text(q.rate_log) AS t(at)
+                                        WHERE t.at::numeric > {_NOW_EPOCH} - {_RATE_PERIOD}),
+                          %(n)s)
            ) AS allow
       FROM qs LEFT JOIN {QUEUE} q ON q.name = qs.name
      WHERE qs.name IS NOT NULL AND NOT COALESCE(q.paused, false)
-), busy AS (
+), busy AS MATERIALIZED (
     -- running jobs per concurrency key (running index: jobs in flight only)
     SELECT concurrency_key AS key, count(*) AS running FROM {JOB}
      WHERE status = '{JobStatus.RUNNING}' AND concurrency_key IS NOT NULL
@@ -254,9 +258,9 @@ _FLOW_PICK = f"""cand AS (
           FROM {JOB} j
          WHERE j.status = '{JobStatus.PENDING}' AND j.queue = a.name AND j.run_at <= now()
            AND array_position(%(tasks)s::text[], j.task::text) IS NOT NULL
-           AND (j.concurrency_key IS NULL
-                OR j.concurrency_limit > COALESCE(
-                       (SELECT b.running FROM busy b WHERE b.key = j.concurrency_key), 0))
+           AND NOT EXISTS (SELECT 1 FROM busy b
+                            WHERE b.key = j.concurrency_key
+                              AND b.running >= j.concurrency_limit)
          ORDER BY j.priority DESC, j.run_at, j.id
          LIMIT %(scan)s
     ) AS c
@@ -287,11 +291,12 @@ _FLOW_PICK = f"""cand AS (
     -- than now() - period, even "future" ones, keeps any window of one period at
     -- most N; entries are kept one second longer than a period for such a claim.
     UPDATE {QUEUE} q
-       SET rate_log = ARRAY(SELECT t.at FROM unnest(q.rate_log) AS t(at)
-                             WHERE t.at > now() - {_RATE_PERIOD} - interval '1 second'
-                            UNION ALL
-                            SELECT now() FROM generate_series(1, s.started)
-                            ORDER BY 1)
+       SET rate_log = (SELECT COALESCE(jsonb_agg(w.at ORDER BY w.at), '[]'::jsonb) FROM (
+                           SELECT t.at::numeric AS at
+                             FROM jsonb_array_elements_text(q.rate_log) AS t(at)
+                            WHERE t.at::numeric > {_NOW_EPOCH} - {_RATE_PERIOD} - 1
+                           UNION ALL
+                           SELECT {_NOW_EPOCH} FROM generate_series(1, s.started)) AS w)
       FROM (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) s
      WHERE q.name = s.queue AND q.rate IS NOT NULL
 )

@@ -231,7 +231,7 @@ def test_limited_claim_rate_window() -> None:
     assert len(Queue.objects.get(name="flow-rated").rate_log) == 3
     # A minute later the window has moved on.
     Queue.objects.filter(name="flow-rated").update(
-        rate_log=[timezone.now() - timedelta(seconds=61)] * 3)
+        rate_log=[(timezone.now() - timedelta(seconds=61)).timestamp()] * 3)
     assert len(claim(n=5, queues=["flow-rated"], tasks=known(), limited=True)) == 2
     assert Job.objects.filter(id__in=ids, status="running").count() == 5
 

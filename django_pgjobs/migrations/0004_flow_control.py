@@ -7,7 +7,6 @@ table is partial on ``unique_key IS NOT NULL``, so enqueueing, claiming and
 completing an ordinary job maintain no extra index entry.
 """
 
-import django.contrib.postgres.fields
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
@@ -36,7 +35,7 @@ class Migration(migrations.Migration):
                 ('paused', models.BooleanField(db_default=False, default=False)),
                 ('max_running', models.PositiveIntegerField(blank=True, help_text='jobs of this queue running at once, across all workers', null=True)),
                 ('rate', models.CharField(blank=True, help_text='job starts per period across all workers: "N/s", "N/m" or "N/h"', max_length=20, null=True)),
-                ('rate_log', django.contrib.postgres.fields.ArrayField(base_field=models.DateTimeField(), blank=True, default=list, editable=False, size=None)),
+                ('rate_log', models.JSONField(blank=True, db_default=models.Value([], models.JSONField()), default=list, editable=False)),
                 ('updated_at', models.DateTimeField(auto_now=True)),
             ],
             options={
