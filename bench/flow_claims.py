@@ -59,7 +59,7 @@ def fill(keyed: bool) -> None:
 def limit_queue(**fields: Any) -> None:
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {sql.QUEUE} (name, paused, max_running, rate, rate_log,"
-                    " updated_at) VALUES ('bench', false, %s, %s, '{}', now())",
+                    " updated_at) VALUES ('bench', false, %s, %s, '[]', now())",
                     [fields.get("max_running"), fields.get("rate")])
 
 
