@@ -35,14 +35,15 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
     from .reaper import Reaper
     from .skew import UnknownTaskSweeper
 
-    services: list[Service] = [Reaper(alias=alias, worker=worker),
-                               UnknownTaskSweeper(alias=alias)]
+    services: list[Service] = [Reaper(alias=alias, worker=worker)]
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
     services.append(Pruner(alias=alias, time_budget=2.0))
     if get_settings().CRON_ENGINE == "builtin":
         schedules = load_schedules()
         if schedules:
             services.append(CronTicker(alias=alias, schedules=schedules))
+    # Deploy skew: dead-letter jobs no live worker has known for UNKNOWN_TASK_TIMEOUT.
+    services.append(UnknownTaskSweeper(alias=alias))
     return services
 
 
