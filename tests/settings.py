@@ -11,6 +11,7 @@ started by the tests use the same server.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import django
@@ -89,7 +90,7 @@ PGJOBS = {
     # Workers load the job with a concurrency key only with PGJOBS_TEST_KEYED=1, so
     # the other tests' workers keep the unlimited fast-path claim.
     "JOB_MODULES": ([] if os.environ.get("PGJOBS_TEST_OLD_WORKER") else ["tests.flow_jobs"])
-    + (["tests.flow_keyed_jobs"] if not os.environ.get("PGJOBS_WORKER_DB_NAME")
+    + (["tests.flow_keyed_jobs"] if "pytest" in sys.modules
        or os.environ.get("PGJOBS_TEST_KEYED") else []),
 }
 
