@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "JobContext",
     "JobStatus",
+    "JobTimeout",
     "__version__",
     "job",
     "pause_queue",
@@ -22,6 +23,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from .context import JobContext
     from .decorators import job
+    from .exceptions import JobTimeout
     from .flow import pause_queue, resume_queue
     from .states import JobStatus
 
@@ -39,6 +41,10 @@ def __getattr__(name: str) -> Any:
         from .states import JobStatus
 
         return JobStatus
+    if name == "JobTimeout":
+        from .exceptions import JobTimeout
+
+        return JobTimeout
     if name == "JobContext":
         from .context import JobContext
 

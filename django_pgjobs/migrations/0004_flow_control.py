@@ -14,7 +14,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_pgjobs', '0002_pgjobs_enqueue'),
+        # Rechained at merge: main already has 0003 and 0006 (0006 after 0003).
+        ('django_pgjobs', '0006_job_timeout'),
     ]
 
     operations = [
