@@ -22,10 +22,14 @@ class PgJobsConfig(AppConfig):
         safetext.install()  # names from rows never split log lines or reach terminals raw
 
         autodiscover_modules("jobs")
-        from .conf import get_settings
+        from .conf import SettingsError, get_settings
         from .registry import import_job_modules
 
-        import_job_modules(get_settings().JOB_MODULES)
+        try:
+            modules = get_settings().JOB_MODULES
+        except SettingsError:
+            modules = []  # a bad PGJOBS is reported by the system check, not a crash here
+        import_job_modules(modules)
         from django.db.models.signals import post_migrate
 
         from .flow import sync_after_migrate
