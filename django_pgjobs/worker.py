@@ -47,7 +47,7 @@ from django.db import (
     connections,
 )
 
-from . import executor, outcomes, registry, signals, sql
+from . import executor, flow, outcomes, registry, signals, sql
 from .async_runner import AsyncRunner
 from .conf import get_settings
 from .context import JobContext
@@ -150,6 +150,8 @@ class Worker:
             else default_services(alias=self.alias, worker=self.id) if maintenance else []
         )
 
+        # Flow control and deploy skew: claim only known tasks, honour queue limits.
+        self.flow = flow.FlowState(self.queues)
         self.inflight: dict[int, InFlight] = {}
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
@@ -217,6 +219,7 @@ class Worker:
         if self.services:
             helpers.append(MaintenanceThread(self.services, self._threads_stop, self.alias))
         self._register_worker()
+        flow.sync_queues_quietly(self.alias)
         for thread in helpers:
             thread.start()
         try:
@@ -237,6 +240,8 @@ class Worker:
         return 0
 
     def _on_notify(self, payload: str) -> None:
+        if payload == flow.QUEUES_CHANGED:
+            self.flow.invalidate()  # a queue was paused, resumed or edited
         if not payload or self.queues is None or payload in self.queues:
             self._wakeup.set()
 
@@ -254,7 +259,7 @@ class Worker:
             got = 0
             if want > 0:
                 try:
-                    claimed = sql.claim(connection, worker=self.id, queues=self.queues, n=want)
+                    claimed = self.flow.claim(connection, worker=self.id, n=want)
                     backoff.succeeded()
                 except CONNECTION_ERRORS as exc:
                     backoff.failed(exc)
@@ -740,7 +745,8 @@ class Worker:
 
     def _worker_row(self) -> dict[str, Any]:
         return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                "queues": json.dumps(self.queues or ["*"]), "concurrency": self.concurrency}
+                "queues": json.dumps(self.queues or ["*"]), "concurrency": self.concurrency,
+                "tasks": json.dumps(self.flow.tasks)}
 
     def _register_worker(self) -> None:
         try:
