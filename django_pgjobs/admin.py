@@ -38,8 +38,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from . import charts, registry, sql
 from . import overview as overview_queries
-from . import registry, sql
 from .conf import get_settings
 from .models import Job, JobResult, Worker
 from .reaper import Reaper
@@ -588,8 +588,14 @@ class JobAdmin(admin.ModelAdmin):
             "per_second_5m": round(data.completed_5m / 300, 2),
             "per_second_60m": round(data.completed_60m / 3600, 2),
             "can_change": self.has_change_permission(request),
+            # Charts of the last hour and the in-place refresh (charts.py, activity.py).
+            **charts.overview_charts(connections[_alias()], data),
+            "refresh_seconds": charts.refresh_seconds(request.GET.get("refresh")),
         }
-        return TemplateResponse(request, "admin/django_pgjobs/job/overview.html", context)
+        template = ("admin/django_pgjobs/job/_overview_live.html"
+                    if request.GET.get("fragment") == "live"
+                    else "admin/django_pgjobs/job/overview.html")
+        return TemplateResponse(request, template, context)
 
     def reap_view(self, request: HttpRequest) -> HttpResponse:
         """POST: reclaim every stuck job now (the reaper's fenced statement)."""

@@ -341,6 +341,7 @@ class CronTicker:
                             json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
                             schedule.max_attempts or self.default_max_attempts, key,
                             None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
+                            None,  # trace_context: a schedule fires outside any trace
                         ])
                         row = cursor.fetchone()
                 except (DataError, IntegrityError) as exc:  # this row's data, not the connection

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import keys, readiness, registry, sql
+from . import keys, readiness, registry, sql, tracing
 from .conf import get_settings
 from .validation import check_arguments, check_options, check_size
 
@@ -79,7 +79,8 @@ def _from_epoch_us(microseconds: int) -> datetime:
 
 
 def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
-             args: list[Any], kwargs: dict[str, Any]) -> Job:
+             args: list[Any], kwargs: dict[str, Any],
+             trace_context: dict[str, str] | None = None) -> Job:
     """The inserted row, built from what we sent plus the server's (id, run_at,
     created_at): returning and parsing every column cost ~10% of a single enqueue.
     The other columns hold their db_default values (test_enqueue checks the two agree)."""
@@ -95,6 +96,7 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
         "timeout": opts["timeout"],
         "concurrency_key": opts.get("concurrency_key"),
         "concurrency_limit": opts.get("concurrency_limit"), "unique_key": opts.get("unique_key"),
+        "trace_context": trace_context,
     }
     job = Job.from_db(alias, attnames, [values[name] for name in attnames])
     job._pgjobs_inserted = True  # type: ignore[attr-defined]  # (an existing key's job is not)
@@ -152,15 +154,22 @@ def enqueue_one(
         statement, when = sql.JOB_INSERT, opts["run_at"]
     else:
         statement, when = sql.JOB_INSERT_DELAYED, opts["delay"].total_seconds()
-    with sql.hot_cursor(connection) as cursor:
+    # OpenTelemetry (tracing.py): a send span, whose context the row stores. A
+    # shared no-op context when tracing is off.
+    with tracing.publish(definition.name, opts["queue"]) as publish, \
+            sql.hot_cursor(connection) as cursor:
+        carrier = publish.carrier if publish is not None else None
         for _ in range(3):
             cursor.execute(statement, [
                 definition.name, opts["queue"], opts["priority"], args_text,
                 kwargs_text, when, opts["max_attempts"], key, opts["timeout"],
+                None if carrier is None else json.dumps(carrier),
             ])
             row = cursor.fetchone()
             if row is not None:
-                return _new_job(alias, row, definition.name, opts, args, kwargs)
+                if publish is not None:
+                    publish.set_message_id(row[0])
+                return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
             # The key exists: return the job that owns it, writing nothing.
             cursor.execute(job_by_key, [key])
             row = cursor.fetchone()
@@ -191,16 +200,21 @@ def _enqueue_flow(definition: JobDefinition, args: list[Any], kwargs: dict[str, 
         statement, when = sql.JOB_INSERT_FLOW, opts["run_at"]
     else:
         statement, when = sql.JOB_INSERT_FLOW_DELAYED, opts["delay"].total_seconds()
-    with sql.hot_cursor(connection) as cursor:
+    with tracing.publish(definition.name, opts["queue"]) as publish, \
+            sql.hot_cursor(connection) as cursor:
+        carrier = publish.carrier if publish is not None else None
         for _ in range(3):
             cursor.execute(statement, [
                 definition.name, opts["queue"], opts["priority"], args_text, kwargs_text, when,
                 opts["max_attempts"], opts["idempotency_key"], opts["timeout"],
                 ckey, opts["concurrency_limit"], opts["unique_key"],
+                None if carrier is None else json.dumps(carrier),
             ])
             row = cursor.fetchone()
             if row is not None:
-                return _new_job(alias, row, definition.name, opts, args, kwargs)
+                if publish is not None:
+                    publish.set_message_id(row[0])
+                return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
             # A key is taken: return the job that holds it, writing nothing.
             if opts["idempotency_key"] is not None:
                 cursor.execute(job_by_key, [opts["idempotency_key"]])
@@ -302,16 +316,22 @@ def enqueue_batch(
     if opts["timeout"] is not None:
         rows = [(*row, opts["timeout"]) for row in rows]
         columns += ", timeout"
-    if with_run_at:
-        columns += ", run_at"  # last: written with each row below
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.
-    with transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+    with tracing.publish(definition.name, opts["queue"], len(rows)) as publish, \
+            transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+        if publish is not None and publish.carrier is not None:
+            # One send span for the batch: every job's span is its child.
+            columns += ", trace_context"
+            context_text = json.dumps(publish.carrier)
+            rows = [(*row, context_text) for row in rows]
         run_at = opts["run_at"]
         if opts["delay"] is not None:  # the database's clock, as for a single enqueue
             cursor.execute(sql.DELAYED_RUN_AT, [opts["delay"].total_seconds()])
             run_at = cursor.fetchone()[0]
+        if with_run_at:  # last, as each row gets it last below
+            columns += ", run_at"
         raw = cursor.cursor
         for start in range(0, len(rows), BULK_BATCH):
             with raw.copy(f"COPY {sql.JOB} ({columns}) FROM STDIN") as copy:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql
+from . import registry, sql, tracing
 from .conf import get_settings
 from .context import JobContext
 from .decorators import JobDefinition
@@ -175,7 +175,8 @@ def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
         if definition.atomic:
             return _execute_atomic(definition, claimed, context, worker, alias, started_at)
         try:
-            value = _call(definition, context, args, kwargs)
+            with tracing.job_span(claimed):  # OpenTelemetry "<task> process" span (or a no-op)
+                value = _call(definition, context, args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
             return _failure(definition, claimed, exc, worker, retryable=True,
                             started_at=started_at)
@@ -200,7 +201,8 @@ async def aexecute(claimed: sql.Claimed, *, worker: str | None, alias: str,
         definition, args, kwargs = prepared
         call_args = [context, *args] if definition.takes_context else args
         try:
-            value = await definition.func(*call_args, **kwargs)
+            with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
+                value = await definition.func(*call_args, **kwargs)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -276,7 +278,8 @@ def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: Jo
     connection = connections[alias]
     try:
         with transaction.atomic(using=alias):
-            value = _call(definition, context, claimed.args, claimed.kwargs)
+            with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
+                value = _call(definition, context, claimed.args, claimed.kwargs)
             _check_return(value, claimed.task)
             if not sql.complete_many(connection, [(claimed.id, claimed.lease, value)]):
                 raise _Fenced

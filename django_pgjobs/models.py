@@ -53,6 +53,9 @@ class Job(models.Model):
     # "<task>:<key>" of a @job(unique_while=...) job; held while pending (or
     # running, for "active": the claim clears it for "pending").
     unique_key = models.CharField(max_length=600, null=True, blank=True)
+    # W3C trace context (traceparent, tracestate) of the enqueue, when OpenTelemetry
+    # is in use: the worker's span for the job is its child. NULL otherwise.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     objects = JobManager()
 

@@ -74,14 +74,14 @@ def report_fenced(claimed: sql.Claimed, write: str, *, worker: str | None,
         claimed.id, claimed.task, claimed.attempt, claimed.lease, write, consequence,
         extra=log_extra(claimed, worker),
     )
-    signals.send(signals.job_fenced, job_id=claimed.id, task=claimed.task,
+    signals.send(signals.job_fenced, job_id=claimed.id, task=claimed.task, queue=claimed.queue,
                  lease=claimed.lease, worker=worker, write=write)
 
 
 def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
     """Log and signal what happened; never raises."""
-    base = {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
-            "lease": claimed.lease, "worker": worker}
+    base = {"job_id": claimed.id, "task": claimed.task, "queue": claimed.queue,
+            "attempt": claimed.attempt, "lease": claimed.lease, "worker": worker}
     extra = log_extra(claimed, worker)
     with _after_write_lock:
         callback = _after_write.pop((claimed.id, claimed.lease), None)

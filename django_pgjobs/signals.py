@@ -4,16 +4,21 @@ and cannot change a job's outcome or stop the worker.
 =================  ===========================================================
 signal             keyword arguments
 =================  ===========================================================
-job_started        job_id, task, attempt, lease, worker
-job_succeeded      job_id, task, attempt, lease, worker, result
-job_failed         job_id, task, attempt, lease, worker, exception, retry_in
-job_dead           job_id, task, attempt, lease, worker, exception
-job_fenced         job_id, task, lease, worker, write  (a zombie's refused write)
+jobs_claimed       jobs (list of (id, task, queue)), worker  (after each claim)
+job_started        job_id, task, queue, attempt, lease, worker
+job_succeeded      job_id, task, queue, attempt, lease, worker, result
+job_failed         job_id, task, queue, attempt, lease, worker, exception, retry_in
+job_dead           job_id, task, queue, attempt, lease, worker, exception
+job_timed_out      job_id, task, queue, attempt, lease, worker, retry_in
+                   (``retry_in`` None when the job was dead-lettered)
+job_released       job_id, task, queue, attempt, lease, worker  (given back at
+                   shutdown, attempt not counted)
+job_fenced         job_id, task, queue, lease, worker, write  (a zombie's refused write)
 jobs_reaped        jobs (list of (id, task, new status)), worker
-jobs_claimed       jobs (list of (id, task, queue)), worker
-job_released       job_id, task, queue, attempt, lease, worker  (shutdown release)
-job_timed_out      job_id, task, queue, attempt, lease, worker, retry_in (None: dead)
 =================  ===========================================================
+
+The Prometheus metrics (``django_pgjobs.metrics``) are fed by these signals, so
+a receiver of your own sees exactly what the metrics count.
 """
 
 from __future__ import annotations

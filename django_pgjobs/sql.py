@@ -46,8 +46,8 @@ NOTIFY_CHANNEL = "pgjobs"
 JOB_INSERT = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key, timeout)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s)
+                       idempotency_key, timeout, trace_context)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s, %s::jsonb)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, run_at, created_at
 )
@@ -74,8 +74,9 @@ JOB_INSERT_FLOW = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
                        idempotency_key, timeout, concurrency_key, concurrency_limit,
-                       unique_key)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s, %s, %s, %s)
+                       unique_key, trace_context)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s, %s, %s, %s,
+            %s::jsonb)
     ON CONFLICT DO NOTHING
     RETURNING id, queue, run_at, created_at
 )
@@ -124,7 +125,7 @@ UPDATE {JOB} AS j
   FROM picked, {ASYNC_COMMIT}
  WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
-          j.priority, j.idempotency_key, j.timeout
+          j.priority, j.idempotency_key, j.timeout, j.trace_context
 """
 
 # Claim up to n due jobs of ONE queue in claim-index order. The CTE is the
@@ -629,6 +630,7 @@ class Claimed:
     priority: int
     idempotency_key: str | None
     timeout: float | None = None
+    trace_context: dict[str, str] | None = None  # W3C trace context stored at enqueue
 
 
 class Undecodable(str):
@@ -820,7 +822,7 @@ def _claimed(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
     # Decoded per row: one undecodable row fails its own job, not the batch.
     return [
         Claimed(r[0], r[1], _args(r[2]), _args(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
-                r[10])
+                r[10], _trace_context(r[11]))
         for r in rows
     ]
 
@@ -830,6 +832,18 @@ def _args(value: Any) -> Any:
         return _json(value)
     except BaseException as exc:  # noqa: BLE001 - RecursionError, ValueError (digit limit)
         return Undecodable(f"{type(exc).__name__}: {str(exc)[:300]}")
+
+
+def _trace_context(value: Any) -> dict[str, str] | None:
+    """The stored W3C trace context; None when absent (or not a JSON object: a
+    trace is never worth failing a job for)."""
+    if value is None:
+        return None
+    try:
+        decoded = _json(value)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
 
 
 def _json(value: Any) -> Any:

@@ -46,8 +46,8 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
         if not claimed:
             break
         job = claimed[0]
-        signals.send(signals.job_started, job_id=job.id, task=job.task, attempt=job.attempt,
-                     lease=job.lease, worker=worker)
+        signals.send(signals.job_started, job_id=job.id, task=job.task, queue=job.queue,
+                     attempt=job.attempt, lease=job.lease, worker=worker)
         outcome = execute(job, worker=worker, alias=alias)
         ours = outcomes.write(connection, job, outcome)
         outcomes.report(job, outcome, ours=ours, worker=worker)

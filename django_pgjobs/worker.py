@@ -475,7 +475,8 @@ class Worker:
         claimed = entry.claimed
         if signals.job_started.receivers:
             signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
-                         attempt=claimed.attempt, lease=claimed.lease, worker=self.id)
+                         queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
+                         worker=self.id)
         return True
 
     def _run_job(self, entry: InFlight) -> None:

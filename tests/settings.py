@@ -93,6 +93,8 @@ PGJOBS = {
     + (["tests.flow_keyed_jobs"] if "pytest" in sys.modules
        or os.environ.get("PGJOBS_TEST_KEYED") else []),
 }
+if os.environ.get("PGJOBS_TEST_METRICS_PORT"):  # tests/test_metrics_process.py
+    PGJOBS["METRICS_PORT"] = int(os.environ["PGJOBS_TEST_METRICS_PORT"])
 
 LOGGING = {
     "version": 1,
@@ -102,6 +104,12 @@ LOGGING = {
 }
 
 TEMP_DIR = tempfile.gettempdir()
+
+if os.environ.get("PGJOBS_TEST_OTEL_FILE"):
+    # A runjobs subprocess of tests/test_tracing.py: export its spans to this file.
+    from tests.otel_export import install
+
+    install(os.environ["PGJOBS_TEST_OTEL_FILE"])
 
 if django.VERSION >= (6, 0):
     # django.tasks on our queue (tests/tasks_backend); its tasks.py is autodiscovered.

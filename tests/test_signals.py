@@ -102,8 +102,8 @@ def test_fenced_write_sends_job_fenced_and_changes_nothing(
     assert (job.status, job.lease, job.errors, job.finished_at) == before
     assert [n for n, _ in received] == ["job_fenced"]
     write = {"completed": "complete", "retry": "retry", "dead": "dead"}[kind]
-    assert received[0][1] == {"job_id": job.id, "task": job.task, "lease": 1,
-                              "worker": "zombie", "write": write}
+    assert received[0][1] == {"job_id": job.id, "task": job.task, "queue": job.queue,
+                              "lease": 1, "worker": "zombie", "write": write}
     assert any(f"the {write} write changed nothing" in r.getMessage() and
                r.levelno == logging.WARNING for r in caplog.records)
 

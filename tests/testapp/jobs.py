@@ -300,4 +300,23 @@ def echo_value(*args: Any, **kwargs: Any) -> Any:
     return {"args": list(args), "kwargs": kwargs}
 
 
+
+# -- metrics and tracing (tests/test_metrics*.py, tests/test_tracing.py)
+
+@job(queue="traced", max_attempts=2)
+def traced_fails_once(marker: str) -> str:
+    """Fails on its first run, succeeds on the second (two spans of one trace)."""
+    with open(marker, "a") as fh:
+        fh.write("x")
+    with open(marker) as fh:
+        if len(fh.read()) < 2:
+            raise RuntimeError("first run fails")
+    return "ok"
+
+
+@job(timeout=0.3, max_attempts=1)
+def times_out(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)

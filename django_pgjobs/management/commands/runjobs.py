@@ -9,7 +9,8 @@ import threading
 from argparse import ArgumentTypeError
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_pgjobs import readiness, worker_hints
 from django_pgjobs.conf import get_settings
@@ -37,6 +38,16 @@ def positive_float(value: str) -> float:
         raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not number > 0 or number == float("inf"):
         raise ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def port_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= number <= 65535:
+        raise ArgumentTypeError(f"must be a port number (0-65535; 0 picks a free one), got {number}")
     return number
 
 
@@ -84,6 +95,9 @@ class Command(BaseCommand):
         parser.add_argument("--health-file", default=None, metavar="PATH",
                             help="touch PATH while this worker heartbeats (for a liveness "
                                  "probe: python -m django_pgjobs.health PATH)")
+        parser.add_argument("--metrics-port", type=port_number, default=None,
+                            help="serve Prometheus metrics at /metrics on this port (0: a free "
+                                 "port, printed at start; default PGJOBS METRICS_PORT)")
 
     def worker_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Keyword arguments for ``Worker`` from the parsed options (extend here)."""
@@ -114,6 +128,7 @@ class Command(BaseCommand):
             for warning in worker_hints.unknown_queue_warnings(options["queues"], alias):
                 logger.warning(warning)
         worker = Worker(**self.worker_options(options))
+        metrics = self._start_metrics(options["metrics_port"], options["queues"])
         health = None
         if options["health_file"]:
             health = HealthFile(options["health_file"], worker_id=worker.id, alias=alias)
@@ -123,6 +138,10 @@ class Command(BaseCommand):
         finally:
             if health is not None:
                 health.stop()
+            if metrics:
+                from django_pgjobs import metrics as metrics_module
+
+                metrics_module.stop()
         if options["burst"] and worker.claimed_count == 0:
             warn, why = worker_hints.idle_burst_explanation(worker.queues, alias)
             logger.log(logging.WARNING if warn else logging.INFO, "worker %s did nothing: %s",
@@ -145,6 +164,25 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
+    def _start_metrics(self, port: int | None, queues: list[str] | None) -> bool:
+        """``--metrics-port`` (or PGJOBS METRICS_PORT): serve /metrics before claiming."""
+        if port is None:
+            port = get_settings().METRICS_PORT
+        if port is None:
+            return False
+        try:
+            from django_pgjobs import metrics
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"--metrics-port: {exc}") from None
+        try:
+            _, bound = metrics.start(port, queues=queues)
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port}: cannot listen on it ({exc}); give each "
+                               "worker process on a host its own port, or 0 for a free one"
+                               ) from None
+        self.stdout.write(f"serving Prometheus metrics at http://0.0.0.0:{bound}/metrics")
+        self.stdout.flush()
+        return True
 
 def console_logging(verbosity: int) -> bool:
     """Log to stderr when the project has not configured the ``django_pgjobs`` logger

@@ -13,10 +13,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
-    dependencies = [
-        # Rechained at merge: main already has 0003 and 0006 (0006 after 0003).
-        ('django_pgjobs', '0006_job_timeout'),
-    ]
+    dependencies = [("django_pgjobs", "0004_job_timeout")]
 
     operations = [
         migrations.CreateModel(

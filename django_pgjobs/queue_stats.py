@@ -1,0 +1,85 @@
+"""The thread that reads the queue gauges on an interval, never per scrape.
+
+It runs ``overview.queue_rows`` — the same exact, index-backed query as
+``jobs_status`` and the admin overview (pending rows through the claim index,
+running rows through the running index; never the history) — on its own
+database connection, and hands the result to the metrics' ``QueueCollector``.
+A database error keeps the last snapshot and is retried at the next interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from . import overview
+from .conf import get_settings
+
+logger = logging.getLogger("django_pgjobs")
+
+#: Seconds between two reads of the queue gauges (a Prometheus scrape interval is
+#: usually 15-60 s; reading more often would only cost the database). The
+#: environment variable ``PGJOBS_METRICS_INTERVAL`` overrides it.
+REFRESH_INTERVAL = float(os.environ.get("PGJOBS_METRICS_INTERVAL", "10"))
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    """One queue's live work as the refresher last read it."""
+
+    queue: str
+    pending: int = 0
+    due: int = 0
+    running: int = 0
+    stuck: int = 0
+    lag: float = 0.0  # seconds since the oldest due job's run_at; 0 when none is due
+
+
+class QueueStatsRefresher(threading.Thread):
+    """Daemon thread: ``target.update(samples)`` every ``interval`` seconds."""
+
+    def __init__(self, target: Any, *, queues: Sequence[str] | None = None,
+                 alias: str | None = None, interval: float | None = None) -> None:
+        super().__init__(name="pgjobs-metrics", daemon=True)
+        conf = get_settings()
+        self.target = target
+        self.known = list(queues or [])
+        self.alias = alias or conf.DATABASE
+        self.stale_after = conf.STALE_AFTER
+        self.interval = REFRESH_INTERVAL if interval is None else interval
+        self.refreshed = threading.Event()  # set after each successful read (tests wait on it)
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        try:
+            while True:
+                self.refresh_once()
+                if self._stop_event.wait(self.interval):
+                    return
+        finally:
+            connections[self.alias].close()
+
+    def refresh_once(self) -> bool:
+        """One read; False (and the last snapshot kept) when the database failed."""
+        connection = connections[self.alias]
+        try:
+            rows = overview.queue_rows(connection, stale_after=self.stale_after)
+        except DatabaseError as exc:
+            logger.warning("metrics: could not read queue stats (keeping the last ones): %s", exc)
+            connection.close()
+            return False
+        samples = [QueueSample(r.queue, r.pending, r.due, r.running, r.stuck, r.lag_seconds)
+                   for r in rows.values()]
+        self.target.update(samples, known=self.known)
+        self.refreshed.set()
+        return True
