@@ -84,6 +84,29 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True}
         except Exception as exc:  # noqa: BLE001
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if action == "tasks_enqueue":
+        from tests.tasks_backend.tasks import calculate_meaning_of_life
+
+        first_error = None
+        for _ in range(2):  # the Tasks API has no idempotency key: a retry may duplicate
+            try:
+                return {"ok": True, "id": int(calculate_meaning_of_life.enqueue().id),
+                        "error": first_error}
+            except Exception as exc:  # noqa: BLE001
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action == "tasks_get_result":
+        from django.tasks import task_backends
+
+        from tests.tasks_backend.tasks import calculate_meaning_of_life
+
+        backend = task_backends["default"]
+        job_id = int(calculate_meaning_of_life.enqueue().id)
+        try:
+            status = str(backend.get_result(str(job_id)).status)
+            return {"ok": True, "id": job_id, "status": status}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "id": job_id, "error": f"{type(exc).__name__}: {exc}"}
     if action == "run_jobs":
         from django_pgjobs.testing import run_jobs
 

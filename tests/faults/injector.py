@@ -259,6 +259,18 @@ def _connect_signals() -> None:
 
     for name in ("job_succeeded", "job_failed", "job_dead", "job_fenced"):
         getattr(signals, name).connect(_make_logger(name), weak=False)
+    try:
+        from django.tasks.signals import task_finished
+    except ImportError:  # Django < 6: no Tasks framework
+        return
+    task_finished.connect(_task_finished, weak=False)
+
+
+def _task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    assert _INJECTOR is not None
+    _INJECTOR._append("signals", json.dumps({
+        "signal": "task_finished", "pid": os.getpid(), "job_id": int(task_result.id),
+        "status": str(getattr(task_result.status, "name", task_result.status))}))
 
 
 def _make_logger(name: str) -> Callable[..., None]:

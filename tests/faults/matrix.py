@@ -53,6 +53,7 @@ class Row:
     args: tuple[str, ...] = ()
     action: str = ""         # driver action
     times: int = 1
+    django6: bool = False    # the Tasks backend: Django >= 6.0 only
 
     @property
     def id(self) -> str:
@@ -88,6 +89,10 @@ ROWS: tuple[Row, ...] = (
     Row("run_jobs: complete", "sql.JOB_COMPLETE_MANY", "driver", action="run_jobs"),
     Row("run_jobs: retry", "sql.JOB_RETRY", "driver", action="run_jobs"),
     Row("run_jobs: dead-letter", "sql.JOB_DEAD", "driver", action="run_jobs"),
+    Row("Tasks backend: enqueue (retried once)", "sql.JOB_INSERT", "driver",
+        action="tasks_enqueue", django6=True),
+    Row("Tasks backend: get_result, every read", "*read", "driver", action="tasks_get_result",
+        times=0, django6=True),
     Row("admin pages: every read", "*read", "driver", action="admin_pages", times=0),
     Row("jobs_status: every read", "*read", "driver", action="jobs_status", times=0),
     Row("prune --dry-run: every read", "*read", "driver", action="prune_dry_run", times=0),
@@ -281,6 +286,15 @@ class Scenario:
         missing = [f"{j}: {succeeded.get(j, 0)}" for j, r in rows.items()
                    if r[1] == "completed" and succeeded.get(j, 0) != 1
                    and not (j in self.expected and "gone" in self.expected[j])]
+        # Tasks jobs: task_finished(SUCCESSFUL) exactly once, and only for completed jobs.
+        finished: dict[int, int] = {}
+        for sig in signals:
+            if sig["signal"] == "task_finished" and sig.get("status") == "SUCCESSFUL":
+                finished[sig["job_id"]] = finished.get(sig["job_id"], 0) + 1
+        for job_id, n in finished.items():
+            status = rows[job_id][1] if job_id in rows else "gone"
+            if (status == "completed") != (n == 1) or n > 1:
+                missing.append(f"{job_id}: {n} task_finished(SUCCESSFUL), status {status}")
         out["one_success_signal"] = ("ok" if not missing else
                                      "success signals per completed job " + ", ".join(missing))
         return out
