@@ -38,6 +38,8 @@ ap.add_argument("--soak-secs", type=float, default=60.0, help="target 6 (the iss
 ap.add_argument("--soak-rate", type=float, default=2000.0)
 ap.add_argument("--no-poll-interval", type=float, default=0.2,
                 help="poll interval of the --no-listen latency run")
+ap.add_argument("--modes", default="enqueue,drain,latency,io",
+                help="driver modes of the side-by-side step (io: 2,000 x 50 ms jobs, sync and async)")
 ap.add_argument("--skip", default="", help="comma list of: side,nolisten,history,backlog,soak,contention")
 A = ap.parse_args()
 
@@ -79,7 +81,7 @@ def side_by_side() -> dict[str, dict[str, float]]:
                                 ["procrastinate", "pgqueuer", "django_tasks_db", "django_q2", "chancy"])]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args = [sys.executable, "driver.py", "--peers", ",".join(dict.fromkeys(peers)),
-            "--reps", str(A.reps), "--n", str(A.n), "--stamp", stamp]
+            "--reps", str(A.reps), "--n", str(A.n), "--stamp", stamp, "--modes", A.modes]
     if A.smoke:
         args += ["--n-single", "50", "--lat-n", "20"]
     subprocess.run(args, check=True)
@@ -92,8 +94,15 @@ def side_by_side() -> dict[str, dict[str, float]]:
         if errors:
             raise SystemExit(f"{name}: {errors}")
         def pick(mode: str, key: str, mine: list[dict[str, Any]] = mine) -> float:
-            return med([r[key] for r in mine if r["mode"] == mode])
+            return med([r[key] for r in mine if r["mode"] == mode and key in r])
 
+        for kind in ("sync", "async"):
+            io = [r for r in mine if r["mode"] == f"io-{kind}" and not r.get("not_applicable")]
+            if io:
+                wall = med([r["wall_s"] for r in io])
+                ratio = med([r["wall_over_ideal"] for r in io if r.get("wall_over_ideal")])
+                row("io", f"{name} io-{kind} wall (ideal ratio)", f"{wall:.2f} s ({ratio:.2f}x ideal)"
+                    if ratio == ratio else f"{wall:.2f} s (no ideal: unbounded)")
         got[name] = {"bulk": pick("enqueue", "jobs_per_s"), "single": pick("enqueue", "single_jobs_per_s"),
                      "drain": pick("drain", "jobs_per_s"), "p50": pick("latency", "p50_ms"),
                      "p95": pick("latency", "p95_ms"),

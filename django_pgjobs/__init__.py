@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "JobContext",
     "JobStatus",
+    "JobTimeout",
     "__version__",
     "job",
 ]
@@ -20,6 +21,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from .context import JobContext
     from .decorators import job
+    from .exceptions import JobTimeout
     from .states import JobStatus
 
 
@@ -32,6 +34,10 @@ def __getattr__(name: str) -> Any:
         from .states import JobStatus
 
         return JobStatus
+    if name == "JobTimeout":
+        from .exceptions import JobTimeout
+
+        return JobTimeout
     if name == "JobContext":
         from .context import JobContext
 

@@ -23,10 +23,13 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
-from django.db.models import Q, QuerySet
+from django.db.models import BigIntegerField, Func, JSONField, Q, QuerySet, TextField
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Left
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -48,6 +51,15 @@ COUNT_CAP = 10_000
 ACTION_LIMIT = 10_000
 #: Rows per admin action statement (each statement locks its rows in id order).
 ACTION_CHUNK = 1_000
+#: Largest job id (bigint): a ticked or searched number above it matches nothing.
+MAX_ID = 2**63 - 1
+#: Characters of a JSON value (args, kwargs, result) or of an error text shown on
+#: the detail page; longer values are cut with a note saying how large they are.
+DETAIL_CHARS = 64 * 1024
+#: Characters of ``last_error`` loaded for the list (its first line is shown).
+LIST_ERROR_CHARS = 400
+#: Columns the list never loads: a page of 100 rows must not read 100 argument sets.
+LIST_DEFERRED = ("args", "kwargs", "errors", "last_error")
 
 
 def _alias() -> str:
@@ -77,9 +89,51 @@ def format_age(age: timedelta | None) -> str:
     return f"{days}d {hours}h"
 
 
+def _cut(value: Any, limit: int = DETAIL_CHARS) -> str:
+    """Text for the page, at most ``limit`` characters (a note says when it was cut)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… truncated: {len(text):,} characters in all"
+
+
+def _is_job_id(text: str) -> bool:
+    """ASCII digits of a bigint ("²".isdigit() is True, but int("²") raises)."""
+    return text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) <= MAX_ID
+
+
 def _pretty(value: Any) -> str:
-    return format_html("<pre class=\"pgjobs-json\">{}</pre>",
-                       json.dumps(value, indent=2, sort_keys=True, default=str))
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, default=str)
+    except (ValueError, RecursionError):  # a hostile row: huge ints, absurd nesting
+        text = repr(value)[:DETAIL_CHARS]
+    return format_html("<pre class=\"pgjobs-json\">{}</pre>", text)
+
+
+def _pretty_text(head: str | None, size: int | None) -> str:
+    """A JSON value read as its first ``DETAIL_CHARS`` characters and its size in
+    bytes (``_json_head``): pretty-printed when it is all there, else shown as it is
+    stored, cut, with a note. A 50 MB argument never reaches Python or the page."""
+    if head is None:
+        return "—"
+    total = size or 0
+    if total <= DETAIL_CHARS:
+        try:
+            return _pretty(json.loads(head))
+        except (ValueError, RecursionError):
+            pass  # stored by psql or an old version: show the text
+    more = total - len(head.encode())
+    note = (format_html('<p class="pgjobs-truncated">… truncated: {} bytes in all, the first {} '
+                        'shown.</p>', f"{total:,}", f"{len(head.encode()):,}") if more > 0 else "")
+    return format_html('<pre class="pgjobs-json">{}</pre>{}', head, note)
+
+
+def _json_head(column: str) -> tuple[Left, Func]:
+    """The first ``DETAIL_CHARS`` characters of a jsonb column, and its size in bytes,
+    computed by the database (the value itself is never loaded)."""
+    as_text = Cast(column, TextField())
+    return Left(as_text, DETAIL_CHARS), Func(as_text, function="octet_length",
+                                             output_field=BigIntegerField())
 
 
 # ---------------------------------------------------------------------------
@@ -203,6 +257,18 @@ def _is_stuck(job: Job, now: datetime | None = None) -> bool:
     return age is not None and age.total_seconds() > get_settings().STALE_AFTER
 
 
+class JobChangeList(ChangeList):
+    """The job list loads no argument, error or result column: only the head of
+    ``last_error`` (for its first line), so a page costs the same whatever the
+    jobs carry (3 jobs of 50 MB arguments used to take 400 MB to list)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None
+                     ) -> QuerySet[Job]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer(*LIST_DEFERRED).annotate(
+            last_error_head=Left("last_error", LIST_ERROR_CHARS))
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = ("id", "task", "queue", "status_badge", "attempts_display", "run_at_short",
@@ -269,7 +335,8 @@ class JobAdmin(admin.ModelAdmin):
         if not term:
             return queryset, False
         number = term.lstrip("#")
-        if number.isdigit() and len(number) < 19:
+        # isascii: "²".isdigit() is True but int("²") raises; < 19 digits fits a bigint.
+        if number.isascii() and number.isdigit() and len(number) < 19:
             return queryset.filter(Q(id=int(number)) | Q(idempotency_key=term)), False
         if Job.objects.using(queryset.db).filter(idempotency_key=term).exists():
             return queryset.filter(idempotency_key=term), False
@@ -304,47 +371,95 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def last_error_line(self, obj: Job) -> str:
-        if not obj.last_error:
+        # The list loads only the head of last_error (JobChangeList); never the column.
+        text = getattr(obj, "last_error_head", None)
+        if text is None and "last_error" not in obj.get_deferred_fields():
+            text = obj.last_error
+        if not text or not text.strip():
             return ""
-        first = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
+        first = text.strip().splitlines()[0]
         return first[:160] + ("…" if len(first) > 160 else "")
 
     # -- detail fields
 
+    def get_object(self, request: HttpRequest, object_id: str,
+                   from_field: str | None = None) -> Job | None:
+        """The job for the detail page, without its big columns: arguments, result
+        and errors come as bounded heads computed by the database (see _json_head)."""
+        if from_field is not None:
+            return super().get_object(request, object_id, from_field)  # type: ignore[no-any-return]
+        try:
+            pk = Job._meta.pk.to_python(object_id)  # type: ignore[union-attr]
+        except (ValidationError, ValueError):
+            return None
+        if not isinstance(pk, int) or not 0 < pk <= MAX_ID:
+            return None
+        args_head, args_bytes = _json_head("args")
+        kwargs_head, kwargs_bytes = _json_head("kwargs")
+        keep = get_settings().MAX_ERRORS_KEPT
+        return self.get_queryset(request).defer(*LIST_DEFERRED).annotate(
+            args_head=args_head, args_bytes=args_bytes,
+            kwargs_head=kwargs_head, kwargs_bytes=kwargs_bytes,
+            last_error_head=Left("last_error", DETAIL_CHARS),
+            errors_total=RawSQL("jsonb_array_length(CASE WHEN jsonb_typeof(errors) = 'array' "
+                                "THEN errors ELSE '[]'::jsonb END)", [],
+                                output_field=BigIntegerField()),
+            errors_newest=RawSQL(
+                "jsonb_path_query_array(errors, 'lax $[last - $n + 1 to last]', "
+                "jsonb_build_object('n', %s::int))", [keep], output_field=JSONField()),
+        ).filter(pk=pk).first()
+
     @admin.display(description="args")
     def args_pretty(self, obj: Job) -> str:
+        if hasattr(obj, "args_head"):
+            return _pretty_text(obj.args_head, getattr(obj, "args_bytes", None))
         return _pretty(obj.args)
 
     @admin.display(description="kwargs")
     def kwargs_pretty(self, obj: Job) -> str:
+        if hasattr(obj, "kwargs_head"):
+            return _pretty_text(obj.kwargs_head, getattr(obj, "kwargs_bytes", None))
         return _pretty(obj.kwargs)
 
     @admin.display(description="result")
     def result_pretty(self, obj: Job) -> str:
-        row = JobResult.objects.using(_alias()).filter(job_id=obj.id).first()
+        head, size = _json_head("value")
+        row = (JobResult.objects.using(_alias()).filter(job_id=obj.id)
+               .annotate(head=head, size=size).values_list("head", "size").first())
         if row is None:
             return "no stored result" if obj.status == JobStatus.COMPLETED else "—"
-        return _pretty(row.value)
+        return _pretty_text(*row)
 
     @admin.display(description="last error")
     def last_error_full(self, obj: Job) -> str:
-        return format_html("<pre>{}</pre>", obj.last_error) if obj.last_error else "—"
+        text = getattr(obj, "last_error_head", None)
+        if text is None and "last_error" not in obj.get_deferred_fields():
+            text = obj.last_error
+        return format_html("<pre>{}</pre>", _cut(text)) if text else "—"
 
     @admin.display(description="error history")
     def error_history(self, obj: Job) -> str:
-        errors = obj.errors if isinstance(obj.errors, list) else []
+        if hasattr(obj, "errors_newest"):
+            errors, total = obj.errors_newest, getattr(obj, "errors_total", 0)
+        else:
+            errors = obj.errors if isinstance(obj.errors, list) else []
+            total = len(errors)
+        errors = errors if isinstance(errors, list) else []
         if not errors:
             return "no failed attempts"
+        older = total - len(errors)
+        note = format_html('<p class="pgjobs-truncated">{} older entries not shown.</p>',
+                           older) if older > 0 else ""
         return format_html_join(
             "", '<div class="pgjobs-error"><p><strong>attempt {}</strong> at {} on {}: '
             "<code>{}</code>: {}</p><pre>{}</pre></div>",
             (
-                (e.get("attempt", "?"), e.get("at", "?"), e.get("worker") or "?",
-                 e.get("type", "Error"), e.get("message", ""),
-                 e.get("traceback") or "(no traceback: recorded by the reaper or an admin)")
+                (_cut(e.get("attempt", "?")), _cut(e.get("at", "?")), _cut(e.get("worker") or "?"),
+                 _cut(e.get("type", "Error")), _cut(e.get("message", "")),
+                 _cut(e.get("traceback") or "(no traceback: recorded by the reaper or an admin)"))
                 for e in reversed(errors) if isinstance(e, dict)
             ),
-        )
+        ) + note
 
     @admin.display(description="waited in queue")
     def waited(self, obj: Job) -> str:
@@ -361,6 +476,18 @@ class JobAdmin(admin.ModelAdmin):
 
     # -- actions: lease-fenced statements of sql.py, never obj.save()
 
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any], *args: Any,
+                        **kwargs: Any) -> HttpResponse | None:
+        """Drop ticked values that cannot be job ids ("²", above 2**63) before Django
+        filters on them (which would answer HTTP 500)."""
+        raw = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        valid = [v for v in raw if _is_job_id(v)]
+        if valid != raw:
+            post = request.POST.copy()
+            post.setlist(helpers.ACTION_CHECKBOX_NAME, valid)
+            request.POST = post  # type: ignore[assignment]
+        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[no-any-return]
+
     def _selected_ids(self, request: HttpRequest, queryset: QuerySet[Job]) -> list[int]:
         """The ids the operator ticked (or all matching rows, newest first, up to a limit).
 
@@ -370,7 +497,7 @@ class JobAdmin(admin.ModelAdmin):
         """
         if request.POST.get("select_across") not in ("1", "on", "true", "True"):
             raw = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-            ticked = sorted({int(v) for v in raw if v.isdigit()}, reverse=True)
+            ticked = sorted({int(v) for v in raw if _is_job_id(v)}, reverse=True)
             return ticked[:ACTION_LIMIT]
         ids = list(queryset.order_by("-id").values_list("id", flat=True)[: ACTION_LIMIT + 1])
         if len(ids) > ACTION_LIMIT:
@@ -477,6 +604,9 @@ class JobAdmin(admin.ModelAdmin):
         if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
             target = reverse("admin:django_pgjobs_job_changelist")
         return HttpResponseRedirect(target)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
                         ) -> HttpResponse:

@@ -1,4 +1,4 @@
-"""System checks. IDs are documented in docs/reference/checks.md.
+"""System checks. IDs are documented in the reference (docs/reference/checks.md).
 
 E001 database is not PostgreSQL      E002 unknown PGJOBS key / bad PGJOBS value
 E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
@@ -13,17 +13,28 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core import checks
 
-from .conf import SettingsError, build_settings, raw_settings
+from .conf import SettingsError, build_settings, raw_settings, settings_errors
+
+#: Where a pip user finds the keys: the documentation's page, by title (not a repository path).
+SETTINGS_HINT = ("Every PGJOBS key, its type and default: the 'Settings' page of the "
+                 "django-pgjobs reference documentation.")
+CRON_HINT = "See the 'Recurring jobs' how-to in the django-pgjobs documentation."
 
 
-@checks.register(checks.Tags.database, checks.Tags.compatibility)
+# Not tagged "database": it reads settings only, and Django 6.1's `check` skips
+# database-tagged checks unless --database is given (so bad keys went unreported).
+@checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     try:
-        conf = build_settings(raw_settings())
+        user = raw_settings()
+        problems = settings_errors(user)
+        if problems:
+            return [checks.Error(str(p), hint=SETTINGS_HINT, id="django_pgjobs.E002")
+                    for p in problems]
+        conf = build_settings(user)
     except SettingsError as exc:
-        return [checks.Error(str(exc), hint="See docs/reference/settings.md",
-                             id="django_pgjobs.E002")]
+        return [checks.Error(str(exc), hint=SETTINGS_HINT, id="django_pgjobs.E002")]
     alias = conf.DATABASE
     databases = getattr(django_settings, "DATABASES", {})
     if alias not in databases:
@@ -59,7 +70,7 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
         return []  # reported by check_settings
     schedules, problems = collect_schedules(conf.CRON)
     messages: list[checks.CheckMessage] = [
-        checks.Error(str(p), hint="See docs/howto/recurring-jobs.md", id=p.check_id)
+        checks.Error(str(p), hint=CRON_HINT, id=p.check_id)
         for p in problems
     ]
     shortest = min((r for r in conf.RETENTION.values() if r is not None), default=None)

@@ -125,12 +125,34 @@ def raw_settings() -> dict[str, Any]:
     return value
 
 
+def unknown_key_message(key: Any) -> str:
+    """``PGJOBS has an unknown key 'x'`` with a suggestion (also for a lowercase key)."""
+    text = str(key)
+    if text.upper() in DEFAULTS:
+        return (f"PGJOBS has an unknown key {key!r}: keys are upper case. "
+                f"Did you mean {text.upper()!r}?")
+    return f"PGJOBS has an unknown key {key!r}.{suggest(text, set(DEFAULTS))}"
+
+
+def settings_errors(user: dict[str, Any]) -> list[SettingsError]:
+    """Every problem at once (the system check reports each): one error per unknown key,
+    then one per bad value (each key is validated on its own over the defaults)."""
+    errors = [SettingsError(unknown_key_message(k)) for k in user if k not in DEFAULTS]
+    for key, value in user.items():
+        if key in DEFAULTS:
+            try:
+                build_settings({key: value})
+            except SettingsError as exc:
+                errors.append(exc)
+    return errors
+
+
 def build_settings(user: dict[str, Any]) -> PgJobsSettings:
-    """Merge ``user`` over the defaults; raise ``SettingsError`` naming the first bad key."""
+    """Merge ``user`` over the defaults; raise ``SettingsError`` naming the first bad key
+    (``settings_errors`` lists them all)."""
     unknown = [k for k in user if k not in DEFAULTS]
     if unknown:
-        k = unknown[0]
-        raise SettingsError(f"PGJOBS has an unknown key {k!r}.{suggest(k, set(DEFAULTS))}")
+        raise SettingsError(unknown_key_message(unknown[0]))
     merged = {**DEFAULTS, **user}
     out: dict[str, Any] = {}
     for key, value in merged.items():

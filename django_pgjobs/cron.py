@@ -32,7 +32,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from django.db import connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 from . import registry, sql
 from .conf import get_settings, suggest
@@ -60,6 +60,10 @@ ENTRY_KEYS = frozenset(
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,199}$")
 
 KEY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+#: Longest schedule name whose key ``cron:<name>:<2024-01-01T00:00:00Z>`` fits the
+#: idempotency_key column (255 characters).
+MAX_KEYED_NAME = 255 - len("cron:") - len(":") - len("2024-01-01T00:00:00Z")
 
 
 class ScheduleError(ValueError):
@@ -166,6 +170,13 @@ class Schedule:
 
 def _from_job(definition: Any) -> Schedule:
     where = f"@job(cron=...) of {definition.name}"
+    if len(definition.name) > MAX_KEYED_NAME:
+        raise ScheduleError(
+            f"{where}: the name is {len(definition.name)} characters; a recurring job's "
+            f"idempotency key cron:<name>:<fire time> must fit 255, so the name may have at "
+            f"most {MAX_KEYED_NAME}. Give it a shorter @job(name=...) or schedule it in "
+            "PGJOBS['CRON'] under a short name"
+        )
     expression = normalise_expression(definition.cron, where)
     try:
         check_arguments(definition.func, definition.name, [], {},
@@ -257,6 +268,15 @@ def collect_schedules(cron_setting: dict[str, Any] | None = None
     return schedules, errors
 
 
+def usable_schedules() -> list[Schedule]:
+    """Every schedule that is valid; each problem is logged (and is a system-check
+    error). One bad schedule never stops the others from ticking."""
+    schedules, errors = collect_schedules()
+    for error in errors:
+        logger.error("cron: a schedule is skipped (run manage.py check): %s", error)
+    return schedules
+
+
 def load_schedules() -> list[Schedule]:
     """Every schedule; raises the first ``ScheduleError`` (checks catch these at startup)."""
     schedules, errors = collect_schedules()
@@ -274,7 +294,7 @@ class CronTicker:
                  catchup_window: float | None = None, interval: float | None = None):
         conf = get_settings()
         self.alias = alias or conf.DATABASE
-        self.schedules = load_schedules() if schedules is None else schedules
+        self.schedules = usable_schedules() if schedules is None else schedules
         self.catchup_window = conf.CRON_CATCHUP_WINDOW if catchup_window is None else catchup_window
         self.interval = conf.CRON_INTERVAL if interval is None else interval
         self.default_max_attempts = conf.MAX_ATTEMPTS
@@ -300,29 +320,43 @@ class CronTicker:
         return out
 
     def run_once(self, now: datetime | None = None) -> dict[str, Any]:
-        """Enqueue every due fire time; ``now`` is injectable for tests."""
+        """Enqueue every due fire time; ``now`` is injectable for tests.
+
+        Each fire time is its own transaction: a schedule whose row cannot be
+        written (a data error) is logged and skipped, and the others still tick. A
+        lost connection fails the whole pass, which the next tick then catches up.
+        """
         now = (now or datetime.now(UTC)).astimezone(UTC)
-        inserted = existing = 0
+        inserted = existing = failed = 0
         due = self.due(now)
         if due:
             connection = connections[self.alias]
-            with connection.cursor() as cursor:
-                for schedule, fire in due:
-                    key = schedule.key(fire)
-                    cursor.execute(sql.JOB_INSERT.format(columns="id, queue"), [
-                        schedule.task, schedule.queue, schedule.priority,
-                        json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
-                        schedule.max_attempts or self.default_max_attempts, key,
-                    ])
-                    row = cursor.fetchone()
-                    if row is None:
-                        existing += 1
-                        continue
-                    inserted += 1
-                    logger.info("cron %s: enqueued job %s for %s", schedule.name, row[0],
-                                fire.strftime(KEY_TIME_FORMAT),
-                                extra={"job_id": row[0], "task": schedule.task})
-        # Only a successful pass moves the mark: after a failed one, the next tick
-        # sees the gap and coalesces.
+            for schedule, fire in due:
+                key = schedule.key(fire)
+                try:
+                    with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+                        cursor.execute(sql.JOB_INSERT, [
+                            schedule.task, schedule.queue, schedule.priority,
+                            json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
+                            schedule.max_attempts or self.default_max_attempts, key,
+                        ])
+                        row = cursor.fetchone()
+                except (OperationalError, InterfaceError):
+                    raise
+                except DatabaseError as exc:
+                    failed += 1
+                    logger.error("cron %s: could not enqueue the job for %s (the other schedules "
+                                 "go on): %s", schedule.name, fire.strftime(KEY_TIME_FORMAT), exc,
+                                 extra={"task": schedule.task})
+                    continue
+                if row is None:
+                    existing += 1
+                    continue
+                inserted += 1
+                logger.info("cron %s: enqueued job %s for %s", schedule.name, row[0],
+                            fire.strftime(KEY_TIME_FORMAT),
+                            extra={"job_id": row[0], "task": schedule.task})
+        # Only a pass that reached the database moves the mark: after a lost
+        # connection, the next tick sees the gap and coalesces.
         self.last_tick = now
-        return {"due": len(due), "inserted": inserted, "existing": existing}
+        return {"due": len(due), "inserted": inserted, "existing": existing, "failed": failed}

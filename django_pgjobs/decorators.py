@@ -18,17 +18,21 @@ from .validation import (
     check_options,
     check_priority,
     check_queue,
+    check_timeout,
 )
 
 if TYPE_CHECKING:
     from .models import Job
 
 P = ParamSpec("P")
+
+#: ``JobDefinition.timeout`` when ``@job`` got no ``timeout``: the setting applies.
+UNSET_TIMEOUT = -1.0
 R = TypeVar("R")
 
 JOB_OPTIONS = frozenset(
     {"name", "queue", "priority", "max_attempts", "atomic", "takes_context", "cron",
-     "retry_on", "discard_on"}
+     "retry_on", "discard_on", "timeout"}
 )
 
 
@@ -47,7 +51,20 @@ class JobDefinition:
     retry_on: tuple[type[BaseException], ...] = ()
     discard_on: tuple[type[BaseException], ...] = ()
     is_async: bool = False
+    #: seconds a run may take; None: no limit; UNSET_TIMEOUT: PGJOBS["DEFAULT_TIMEOUT"]
+    timeout: float | None = -1.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def effective_timeout(self, stored: float | None) -> float | None:
+        """The limit of one run: the row's own (``.using(timeout=...)``), else the
+        ``@job`` option, else ``PGJOBS["DEFAULT_TIMEOUT"]``."""
+        if stored is not None:
+            return stored
+        if self.timeout != UNSET_TIMEOUT:
+            return self.timeout
+        from .conf import get_settings
+
+        return get_settings().DEFAULT_TIMEOUT
 
     def should_retry(self, exc: BaseException) -> bool:
         """``discard_on`` wins; with ``retry_on`` set only those exceptions retry."""
@@ -106,6 +123,8 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         retry_on=_exception_classes(options.get("retry_on"), "retry_on"),
         discard_on=_exception_classes(options.get("discard_on"), "discard_on"),
         is_async=inspect.iscoroutinefunction(func),
+        timeout=check_timeout(options["timeout"], "@job(timeout=...)") if "timeout" in options
+        else UNSET_TIMEOUT,
     )
 
 
@@ -145,6 +164,13 @@ class JobFunction(Generic[P, R]):
 
         return enqueue_one(self.definition, list(args), dict(kwargs), self.call_options)
 
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code (views, consumers): the same insert, run in
+        Django's thread for sync database work (``sync_to_async``)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue)(*args, **kwargs)
+
     def enqueue_many(self, calls: Iterable[Sequence[Any] | tuple[Sequence[Any], dict[str, Any]]]) -> int:
         """Insert many jobs, one round trip per batch; returns how many were inserted.
 
@@ -166,7 +192,10 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register ``func`` as a job. Usable bare (``@job``) or with options (``@job(queue=...)``)."""
 
     def decorate(f: Callable[..., Any]) -> JobFunction[Any, Any]:
+        from .apps import require_installed
+
         definition = make_definition(f, **options)
+        require_installed(f"@job {definition.name}")
         registry.register(definition)
         return JobFunction(definition)
 

@@ -1,6 +1,6 @@
 """An embedded PostgreSQL (``pgserver``) for demos and tests on a bare machine.
 
-Used only when ``DATABASE_URL`` is unset: ``pip install django-pgjobs[test]``
+Used only when ``DATABASE_URL`` is unset: ``pip install 'django-pgjobs[embedded]'``
 brings the server binaries, so a laptop with nothing but Python can run the
 example project and the test suite. Never used in production.
 """
@@ -28,7 +28,7 @@ def _pgserver() -> Any:
         raise RuntimeError(
             "No DATABASE_URL is set and the embedded PostgreSQL is not installed. "
             "Either set DATABASE_URL=postgres://user@host:5432/dbname or "
-            "`pip install 'django-pgjobs[test]'` (it brings pgserver)."
+            "`pip install 'django-pgjobs[embedded]'` (it brings pgserver)."
         ) from exc
     return pgserver
 

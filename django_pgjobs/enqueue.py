@@ -13,12 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql
+from . import readiness, registry, sql
 from .conf import get_settings
-from .validation import check_arguments, check_options
+from .validation import check_arguments, check_options, check_size
 
 if TYPE_CHECKING:
     from .decorators import JobDefinition
@@ -53,7 +54,8 @@ def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
     from .models import Job
 
     attnames, _, json_positions = _columns()
-    values = list(row[: len(attnames)])
+    values: list[Any] = [as_django_time(v) if isinstance(v, datetime) else v
+                         for v in row[: len(attnames)]]
     for i in json_positions:  # Django's psycopg setup loads jsonb as text
         if isinstance(values[i], str):
             values[i] = json.loads(values[i])
@@ -63,8 +65,17 @@ def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def as_django_time(value: datetime) -> datetime:
+    """A time as the ORM returns it: aware with ``USE_TZ``, else naive in ``TIME_ZONE``
+    (so ``enqueue()`` and a fresh ``Job.objects.get()`` agree, and both compare with
+    ``timezone.now()``)."""
+    if not settings.USE_TZ and timezone.is_aware(value):
+        return timezone.make_naive(value, timezone.get_default_timezone())
+    return value
+
+
 def _from_epoch_us(microseconds: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=microseconds)
+    return as_django_time(_EPOCH + timedelta(microseconds=microseconds))
 
 
 def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
@@ -81,25 +92,37 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
         "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
         "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
         "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
+        "timeout": opts["timeout"],
     }
-    return Job.from_db(alias, attnames, [values[name] for name in attnames])
+    job = Job.from_db(alias, attnames, [values[name] for name in attnames])
+    job._pgjobs_inserted = True  # type: ignore[attr-defined]  # (an existing key's job is not)
+    return job
 
 
 def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> dict[str, Any]:
     """Definition defaults overlaid with per-call options, ready for the INSERT."""
     run_at: datetime | None = options.get("run_at")
-    if run_at is None and options.get("delay") is not None:
-        run_at = timezone.now() + options["delay"]
+    if run_at is not None and timezone.is_naive(run_at):
+        # Only accepted with USE_TZ = False (check_run_at): a time in TIME_ZONE.
+        run_at = timezone.make_aware(run_at, timezone.get_default_timezone())
+    # A delay is added to the database's now() (sql.JOB_INSERT_DELAYED), the clock
+    # every other time of a job comes from.
+    delay: timedelta | None = options.get("delay") if run_at is None else None
     max_attempts = options.get("max_attempts") or definition.max_attempts
     return {
         "queue": options.get("queue", definition.queue),
         "priority": options.get("priority", definition.priority),
         "run_at": run_at,
+        "delay": delay,
         "max_attempts": max_attempts or get_settings().MAX_ATTEMPTS,
         "idempotency_key": options.get("idempotency_key"),
+        # Stored only when given per call; the worker falls back to the @job option
+        # and then to PGJOBS["DEFAULT_TIMEOUT"] (JobDefinition.effective_timeout).
+        "timeout": options.get("timeout"),
     }
 
 
+@readiness.names_the_fix("enqueue")
 def enqueue_one(
     definition: JobDefinition,
     args: list[Any],
@@ -116,11 +139,18 @@ def enqueue_one(
     connection = connections[alias]
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
+    args_text, kwargs_text = _json_text(args), _json_text(kwargs)
+    check_size(definition.func, definition.name, args, kwargs, len(args_text) + len(kwargs_text),
+               takes_context=definition.takes_context)
+    if opts["delay"] is None:
+        statement, when = sql.JOB_INSERT, opts["run_at"]
+    else:
+        statement, when = sql.JOB_INSERT_DELAYED, opts["delay"].total_seconds()
     with sql.hot_cursor(connection) as cursor:
         for _ in range(3):
-            cursor.execute(sql.JOB_INSERT, [
-                definition.name, opts["queue"], opts["priority"], _json_text(args),
-                _json_text(kwargs), opts["run_at"], opts["max_attempts"], key,
+            cursor.execute(statement, [
+                definition.name, opts["queue"], opts["priority"], args_text,
+                kwargs_text, when, opts["max_attempts"], key, opts["timeout"],
             ])
             row = cursor.fetchone()
             if row is not None:
@@ -170,6 +200,7 @@ def _split_call(item: Any, task: str, index: int) -> tuple[list[Any], dict[str, 
     )
 
 
+@readiness.names_the_fix("enqueue_many")
 def enqueue_batch(
     definition: JobDefinition,
     calls: Iterable[Any],
@@ -187,30 +218,37 @@ def enqueue_batch(
         raise TypeError(f"enqueue_many takes an iterable of argument tuples, got {type(calls).__name__}")
     opts = resolve_options(definition, options)
     rows: list[tuple[Any, ...]] = []
-    with_run_at = opts["run_at"] is not None
+    with_run_at = opts["run_at"] is not None or opts["delay"] is not None
     for index, item in enumerate(calls):
         args, kwargs = _split_call(item, definition.name, index)
         try:
             check_arguments(definition.func, definition.name, args, kwargs,
                             takes_context=definition.takes_context)
-        except TypeError as exc:
-            raise TypeError(f"enqueue_many item {index}: {exc}") from None
-        row: tuple[Any, ...] = (
-            definition.name, opts["queue"], opts["priority"], _json_text(args),
-            _json_text(kwargs), opts["max_attempts"],
-        )
-        rows.append((*row, opts["run_at"]) if with_run_at else row)
+            args_text, kwargs_text = _json_text(args), _json_text(kwargs)
+            check_size(definition.func, definition.name, args, kwargs,
+                       len(args_text) + len(kwargs_text), takes_context=definition.takes_context)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"enqueue_many item {index}: {exc}") from None
+        rows.append((definition.name, opts["queue"], opts["priority"], args_text,
+                     kwargs_text, opts["max_attempts"]))
     if not rows:
         return 0
     columns = "task, queue, priority, args, kwargs, max_attempts" + (", run_at" if with_run_at else "")
+    if opts["timeout"] is not None:
+        rows = [(*row, opts["timeout"]) for row in rows]
+        columns += ", timeout"
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.
     with transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+        run_at = opts["run_at"]
+        if opts["delay"] is not None:  # the database's clock, as for a single enqueue
+            cursor.execute(sql.DELAYED_RUN_AT, [opts["delay"].total_seconds()])
+            run_at = cursor.fetchone()[0]
         raw = cursor.cursor
         for start in range(0, len(rows), BULK_BATCH):
             with raw.copy(f"COPY {sql.JOB} ({columns}) FROM STDIN") as copy:
                 for row in rows[start : start + BULK_BATCH]:
-                    copy.write_row(row)
+                    copy.write_row((*row, run_at) if with_run_at else row)
         cursor.execute(sql.JOB_NOTIFY, [opts["queue"]])
     return len(rows)

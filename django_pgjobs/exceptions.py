@@ -19,5 +19,10 @@ class LeaseLost(PgJobsError):
     """A write about a job was refused because another owner holds its lease (fencing)."""
 
 
+class JobTimeout(PgJobsError):
+    """Recorded on a run that exceeded its timeout (``@job(timeout=...)``); the worker
+    gave up on it and bumped its lease, so anything the run writes later is fenced."""
+
+
 class WorkerLost(PgJobsError):
     """Recorded by the reaper on a job whose worker stopped heartbeating."""

@@ -21,9 +21,9 @@ from . import registry, sql
 from .conf import get_settings
 from .context import JobContext
 from .decorators import JobDefinition
-from .exceptions import LeaseLost, UnknownTask
+from .exceptions import JobTimeout, LeaseLost, UnknownTask
 from .retry import backoff
-from .validation import check_json
+from .validation import check_json, check_result_size
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -41,6 +41,8 @@ class Outcome:
     delay: float = 0.0
     exception: BaseException | None = None
     written: bool = False
+    #: the JSON text of ``value``, made in the job thread (None: no value to store)
+    encoded: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,8 +73,10 @@ def _storable(text: Callable[[], str]) -> str:
     would make the write of the outcome fail forever (a poison completion)."""
     try:
         value = text()
-    except Exception as exc:  # noqa: BLE001 - an exception whose __str__ raises
+    except BaseException as exc:  # noqa: BLE001 - a __str__ that raises (even SystemExit)
         value = f"<unprintable: {type(exc).__name__}>"
+    if not isinstance(value, str):
+        value = "<unprintable: __str__ returned no text>"
     value = value.replace("\x00", "\\x00")
     if not value.isascii():
         value = value.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -107,39 +111,138 @@ def _failure(definition: JobDefinition | None, claimed: sql.Claimed, exc: BaseEx
     return Outcome("dead", error=entry, exception=exc)
 
 
-def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
-            context: JobContext | None = None) -> Outcome:
-    """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
-    started_at = timezone.now()  # when this attempt began, for its error entry
+Prepared = tuple[JobDefinition, list[Any], dict[str, Any]]
+
+
+def _prepare(claimed: sql.Claimed, worker: str | None, alias: str,
+             started_at: datetime) -> Outcome | Prepared:
+    """Everything before the handler: the definition, the stored arguments, the
+    idempotency short-circuit. An Outcome when the job must not (or need not) run."""
     try:
         definition = registry.get(claimed.task)
     except UnknownTask as exc:
         return Outcome("dead", error=error_entry(claimed.attempt, exc, worker, started_at),
                        exception=exc)
-    context = context or make_context(claimed, worker)
     args, kwargs = claimed.args, claimed.kwargs
+    if isinstance(args, sql.Undecodable) or isinstance(kwargs, sql.Undecodable):
+        bad = args if isinstance(args, sql.Undecodable) else kwargs
+        undecodable = ValueError(f"stored arguments of job {claimed.id} cannot be decoded: {bad}")
+        return Outcome("dead", error=error_entry(claimed.attempt, undecodable, worker, started_at),
+                       exception=undecodable)
     if not isinstance(args, list) or not isinstance(kwargs, dict):
-        exc = TypeError(f"stored args must be a JSON array and kwargs a JSON object, got "
-                        f"{type(args).__name__} and {type(kwargs).__name__}")
-        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker, started_at),
-                       exception=exc)
-    connection = connections[alias]
+        wrong = TypeError(f"stored args must be a JSON array and kwargs a JSON object, got "
+                          f"{type(args).__name__} and {type(kwargs).__name__}")
+        return Outcome("dead", error=error_entry(claimed.attempt, wrong, worker, started_at),
+                       exception=wrong)
     if claimed.idempotency_key is not None:
-        found, value = sql.result_for_key(connection, claimed.idempotency_key)
+        try:
+            found, value = sql.result_for_key(connections[alias], claimed.idempotency_key)
+        except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
+            return _failure(definition, claimed, exc, worker, retryable=True,
+                            started_at=started_at)
         if found:
             return Outcome("completed", value=value, extra={"short_circuit": True})
-    if definition.atomic:
-        return _execute_atomic(definition, claimed, context, worker, alias, started_at)
-    try:
-        value = _call(definition, context, args, kwargs)
-    except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
-        return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
+    return definition, args, kwargs
+
+
+def _finish(definition: JobDefinition, claimed: sql.Claimed, value: Any,
+            worker: str | None, started_at: datetime) -> Outcome:
+    """The handler returned ``value``: check and encode it here, in the job's own
+    thread, so a value that cannot be stored fails this job alone."""
     try:
         _check_return(value, claimed.task)
-    except _BadReturn as exc:
-        # The handler ran and its side effects happened; re-running cannot fix its type.
-        return _failure(definition, claimed, exc, worker, retryable=False, started_at=started_at)
-    return Outcome("completed", value=value)
+        encoded = sql.encode_result(value)
+    except BaseException as exc:  # noqa: BLE001 - RecursionError, ValueError from json.dumps
+        # The handler ran and its side effects happened; re-running cannot fix its value.
+        failed = exc
+        bad = exc if isinstance(exc, _BadReturn) else _BadReturn(
+            f"the return value of {claimed.task} cannot be stored as JSON: "
+            f"{type(exc).__name__}: {_storable(lambda: str(failed))[:500]}")
+        return _failure(definition, claimed, bad, worker, retryable=False, started_at=started_at)
+    return Outcome("completed", value=value, encoded=encoded)
+
+
+def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
+            context: JobContext | None = None) -> Outcome:
+    """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
+    started_at = timezone.now()  # when this attempt began, for its error entry
+    try:
+        prepared = _prepare(claimed, worker, alias, started_at)
+        if isinstance(prepared, Outcome):
+            return prepared
+        definition, args, kwargs = prepared
+        context = context or make_context(claimed, worker)
+        if definition.atomic:
+            return _execute_atomic(definition, claimed, context, worker, alias, started_at)
+        try:
+            value = _call(definition, context, args, kwargs)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
+            return _failure(definition, claimed, exc, worker, retryable=True,
+                            started_at=started_at)
+        return _finish(definition, claimed, value, worker, started_at)
+    except BaseException as exc:  # noqa: BLE001 - last resort: never let a thread die
+        return last_resort(claimed, exc, worker)
+
+
+async def aexecute(claimed: sql.Claimed, *, worker: str | None, alias: str,
+                   context: JobContext) -> Outcome:
+    """Run an ``async def`` job on the caller's event loop; never raises except
+    ``asyncio.CancelledError`` when the worker cancels the run (timeout, shutdown)."""
+    from asgiref.sync import sync_to_async
+
+    started_at = timezone.now()
+    try:
+        prepared = await sync_to_async(_prepare, thread_sensitive=False)(
+            claimed, worker, alias, started_at) if claimed.idempotency_key is not None \
+            else _prepare(claimed, worker, alias, started_at)
+        if isinstance(prepared, Outcome):
+            return prepared
+        definition, args, kwargs = prepared
+        call_args = [context, *args] if definition.takes_context else args
+        try:
+            value = await definition.func(*call_args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            return _failure(definition, claimed, exc, worker, retryable=True,
+                            started_at=started_at)
+        return _finish(definition, claimed, value, worker, started_at)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        return last_resort(claimed, exc, worker)
+
+
+def last_resort(claimed: sql.Claimed, exc: BaseException, worker: str | None) -> Outcome:
+    """An exception escaped the executor itself: fail the attempt, never leaving the
+    row pending with its attempts used up."""
+    try:
+        entry = error_entry(claimed.attempt, exc, worker)
+    except BaseException:  # noqa: BLE001
+        entry = {"attempt": claimed.attempt, "at": timezone.now().isoformat(),
+                 "type": "builtins.BaseException", "message": "<unprintable>",
+                 "traceback": None, "worker": worker}
+    if claimed.attempt < claimed.max_attempts:
+        conf = get_settings()
+        return Outcome("retry", error=entry, exception=exc,
+                       delay=backoff(claimed.attempt, base=conf.BACKOFF_BASE,
+                                     cap=conf.BACKOFF_CAP))
+    return Outcome("dead", error=entry, exception=exc)
+
+
+def timed_out(claimed: sql.Claimed, seconds: float, worker: str | None,
+              started_at: datetime | None = None) -> Outcome:
+    """The outcome of a run the worker gave up on after ``seconds``: retried or
+    dead-lettered like any failure (``retry_on``/``discard_on`` apply), written
+    with a lease bump (``extra["timed_out"]``)."""
+    exc = JobTimeout(f"job {claimed.id} ({claimed.task}) exceeded its timeout of "
+                     f"{seconds:g}s; the worker gave up on it (its lease was bumped, so "
+                     "its later writes are fenced)")
+    definition = registry.find(claimed.task)
+    outcome = _failure(definition, claimed, exc, worker, retryable=True,
+                       started_at=started_at or timezone.now())
+    outcome.extra["timed_out"] = True
+    return outcome
 
 
 class _Fenced(Exception):
@@ -154,8 +257,12 @@ def _check_return(value: Any, task: str) -> None:
     try:
         # A whole float >= 1e16 coming back as an int is no reason to dead-letter a job.
         check_json(value, f"the return value of {task}", exact_floats=False)
+        check_result_size(value, task)  # PGJOBS["MAX_RESULT_BYTES"]
     except TypeError as exc:
         raise _BadReturn(str(exc)) from None
+    except RecursionError:
+        raise _BadReturn(f"the return value of {task} is nested too deeply to store "
+                         "as JSON") from None
 
 
 def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: JobContext,

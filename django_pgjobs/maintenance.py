@@ -30,7 +30,7 @@ class Service(Protocol):
 def default_services(*, alias: str, worker: str) -> list[Service]:
     """The services a worker runs: the reaper, the pruner and (built-in engine) the cron ticker."""
     from .conf import get_settings
-    from .cron import CronTicker, load_schedules
+    from .cron import CronTicker, usable_schedules
     from .pruner import Pruner
     from .reaper import Reaper
 
@@ -38,7 +38,7 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
     services.append(Pruner(alias=alias, time_budget=2.0))
     if get_settings().CRON_ENGINE == "builtin":
-        schedules = load_schedules()
+        schedules = usable_schedules()  # a bad schedule is logged, the others tick
         if schedules:
             services.append(CronTicker(alias=alias, schedules=schedules))
     return services

@@ -1,17 +1,27 @@
-"""``Job.objects``: enqueue by name, plus the querysets the admin and status views use."""
+"""``Job.objects``: enqueue by name, the querysets the admin and status views use, and
+``retry()`` / ``cancel()`` for operating on jobs from code.
+
+The manager is built from the queryset (``Manager.from_queryset``), so every queryset
+method is also a manager method without hand forwarding.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import connections, models, router
+from django.db.models import Q
 from django.utils import timezone
 
 from .states import TERMINAL, JobStatus
 
 if TYPE_CHECKING:
     from .models import Job
+
+#: Most ids one fenced retry/cancel statement receives (the admin actions use the same).
+CHUNK = 1_000
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -26,13 +36,8 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def stuck(self, stale_after: float | None = None) -> JobQuerySet:
         """Running with a heartbeat older than ``STALE_AFTER``."""
-        from .conf import get_settings
-
-        seconds = get_settings().STALE_AFTER if stale_after is None else stale_after
-        return self.filter(
-            status=JobStatus.RUNNING,
-            heartbeat_at__lt=timezone.now() - timedelta(seconds=seconds),
-        )
+        return self.filter(status=JobStatus.RUNNING,
+                           heartbeat_at__lt=timezone.now() - timedelta(seconds=_stale(stale_after)))
 
     def dead(self) -> JobQuerySet:
         return self.filter(status=JobStatus.DEAD)
@@ -40,28 +45,77 @@ class JobQuerySet(models.QuerySet["Job"]):
     def finished(self) -> JobQuerySet:
         return self.filter(status__in=sorted(TERMINAL))
 
+    def retryable(self, stale_after: float | None = None) -> JobQuerySet:
+        """The jobs ``retry()`` would change: dead, cancelled, or stuck running."""
+        stale = timezone.now() - timedelta(seconds=_stale(stale_after))
+        return self.filter(Q(status__in=[JobStatus.DEAD, JobStatus.CANCELLED])
+                           | Q(status=JobStatus.RUNNING, heartbeat_at__lt=stale))
 
-class JobManager(models.Manager["Job"]):
-    def get_queryset(self) -> JobQuerySet:
-        return JobQuerySet(self.model, using=self._db)
+    def cancellable(self) -> JobQuerySet:
+        """The jobs ``cancel()`` would change: pending or running."""
+        return self.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
 
+    def retry(self, *, stale_after: float | None = None) -> int:
+        """Put the selected dead, cancelled or stuck jobs back to pending, due now, attempts
+        reset, lease bumped (a stuck job's zombie is fenced) — the admin's Retry action.
+        Other jobs in the selection are left alone. Returns how many jobs changed."""
+        from . import sql
+
+        seconds = _stale(stale_after)
+        return self._apply(lambda c, ids: sql.retry_now(c, ids, stale_after=seconds))
+
+    def cancel(self) -> int:
+        """Cancel the selected pending or running jobs (lease bumped, so a running job's
+        result is rejected and its ``context.is_cancelled()`` turns true) — the admin's
+        Cancel action. Returns how many jobs changed."""
+        from . import sql
+
+        return self._apply(sql.cancel)
+
+    def _apply(self, statement: Callable[[Any, list[int]], set[int]]) -> int:
+        alias = getattr(self, "_db", None) or router.db_for_write(
+            self.model, **getattr(self, "_hints", {}))
+        connection = connections[alias]
+        return sum(len(statement(connection, ids)) for ids in self._id_chunks())
+
+    def _id_chunks(self) -> Iterator[list[int]]:
+        """The selection's ids in ascending chunks (keyset pagination: each chunk is a
+        fresh query, so a huge selection never sits in memory at once)."""
+        if self.query.is_sliced:  # .filter(...)[:10].retry(): take the slice as given
+            ids = sorted(self.values_list("id", flat=True))
+            for start in range(0, len(ids), CHUNK):
+                yield ids[start:start + CHUNK]
+            return
+        base = self.order_by().values_list("id", flat=True)
+        last = None
+        while True:
+            page = base.filter(id__gt=last) if last is not None else base
+            ids = list(page.order_by("id")[:CHUNK])
+            if not ids:
+                return
+            yield ids
+            last = ids[-1]
+
+
+def _stale(stale_after: float | None) -> float:
+    from .conf import get_settings
+
+    return get_settings().STALE_AFTER if stale_after is None else stale_after
+
+
+_BaseJobManager = models.Manager.from_queryset(JobQuerySet)
+
+
+class JobManager(_BaseJobManager):
     def enqueue(self, task: str, *, args: Any = None, kwargs: Any = None, **options: Any) -> Job:
         """Enqueue a registered job by name; same options and guarantees as ``.enqueue()``."""
         from .enqueue import enqueue_by_name
 
         return enqueue_by_name(task, args=args, kwargs=kwargs, using=self._db, **options)
 
-    def pending(self) -> JobQuerySet:
-        return self.get_queryset().pending()
+    async def aenqueue(self, task: str, *, args: Any = None, kwargs: Any = None,
+                       **options: Any) -> Job:
+        """``enqueue`` for async code; same options and guarantees."""
+        from asgiref.sync import sync_to_async
 
-    def due(self) -> JobQuerySet:
-        return self.get_queryset().due()
-
-    def running(self) -> JobQuerySet:
-        return self.get_queryset().running()
-
-    def stuck(self, stale_after: float | None = None) -> JobQuerySet:
-        return self.get_queryset().stuck(stale_after)
-
-    def dead(self) -> JobQuerySet:
-        return self.get_queryset().dead()
+        return await sync_to_async(self.enqueue)(task, args=args, kwargs=kwargs, **options)

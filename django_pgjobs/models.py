@@ -14,8 +14,11 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from .apps import require_installed
 from .managers import JobManager
 from .states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
+
+require_installed("django_pgjobs.models")
 
 
 class Job(models.Model):
@@ -42,6 +45,8 @@ class Job(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     errors = models.JSONField(db_default=models.Value([], models.JSONField()))
     last_error = models.TextField(null=True, blank=True)
+    timeout = models.FloatField(
+        null=True, blank=True, help_text="seconds a run may take (empty: no limit)")
 
     objects = JobManager()
 

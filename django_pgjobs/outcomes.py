@@ -7,6 +7,8 @@ write that was fenced off.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -22,17 +24,43 @@ def log_extra(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
             "worker": worker}
 
 
+#: Callbacks waiting for the outcome of one attempt, keyed by (job id, lease):
+#: ``after_write`` registers one (the Tasks bridge, for ``task_finished``) and
+#: ``report`` calls it once the fenced write has been decided.
+_after_write: dict[tuple[int, int], Callable[[Outcome, bool], None]] = {}
+_after_write_lock = threading.Lock()
+
+
+def after_write(job_id: int, lease: int, callback: Callable[[Outcome, bool], None]) -> None:
+    """Call ``callback(outcome, ours)`` when the outcome of attempt ``lease`` of job
+    ``job_id`` has been written (``ours``) or fenced off (not ours)."""
+    with _after_write_lock:
+        _after_write[(job_id, lease)] = callback
+
+
 def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcome) -> bool:
     """Apply a non-batched outcome; True when the row was still ours."""
     if outcome.written or outcome.kind == "fenced":
         return outcome.kind != "fenced"
     if outcome.kind == "completed":
-        return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, outcome.value)]))
+        return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, stored(outcome))]))
     assert outcome.error is not None
+    if outcome.extra.get("timed_out"):
+        status = sql.timed_out(connection, id=claimed.id, lease=claimed.lease,
+                               retry=outcome.kind == "retry", delay=outcome.delay,
+                               error=outcome.error)
+        if status == "dead" and outcome.kind == "retry":
+            outcome.kind = "dead"  # attempts used up meanwhile (the statement decides)
+        return status is not None
     if outcome.kind == "retry":
         return sql.retry(connection, id=claimed.id, lease=claimed.lease, delay=outcome.delay,
                          error=outcome.error)
     return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+
+
+def stored(outcome: Outcome) -> Any:
+    """The value to store for a completion: the job thread's encoding when it made one."""
+    return outcome.value if outcome.encoded is None else sql.Encoded(outcome.encoded)
 
 
 def report_fenced(claimed: sql.Claimed, write: str, *, worker: str | None,
@@ -55,6 +83,13 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
     base = {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
             "lease": claimed.lease, "worker": worker}
     extra = log_extra(claimed, worker)
+    with _after_write_lock:
+        callback = _after_write.pop((claimed.id, claimed.lease), None)
+    if callback is not None:
+        try:
+            callback(outcome, ours)
+        except Exception:  # noqa: BLE001 - report() never raises
+            logger.exception("job %s: after-write callback failed", claimed.id, extra=extra)
     if not ours:
         write = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
         report_fenced(claimed, write, worker=worker)
@@ -68,7 +103,11 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
                     _describe(outcome), outcome.delay, extra=extra)
         signals.send(signals.job_failed, exception=outcome.exception,
                      retry_in=outcome.delay, **base)
-    elif outcome.kind == "dead":
+    if outcome.extra.get("timed_out"):
+        signals.send(signals.job_timed_out, job_id=claimed.id, task=claimed.task,
+                     queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
+                     worker=worker, retry_in=outcome.delay if outcome.kind == "retry" else None)
+    if outcome.kind == "dead":
         logger.error("job %s (%s, attempt %s/%s) dead-lettered: %s",
                      claimed.id, claimed.task, claimed.attempt, claimed.max_attempts,
                      _describe(outcome), extra=extra)

@@ -10,6 +10,9 @@ job_failed         job_id, task, attempt, lease, worker, exception, retry_in
 job_dead           job_id, task, attempt, lease, worker, exception
 job_fenced         job_id, task, lease, worker, write  (a zombie's refused write)
 jobs_reaped        jobs (list of (id, task, new status)), worker
+jobs_claimed       jobs (list of (id, task, queue)), worker
+job_released       job_id, task, queue, attempt, lease, worker  (shutdown release)
+job_timed_out      job_id, task, queue, attempt, lease, worker, retry_in (None: dead)
 =================  ===========================================================
 """
 
@@ -28,6 +31,9 @@ job_failed = Signal()
 job_dead = Signal()
 job_fenced = Signal()
 jobs_reaped = Signal()
+jobs_claimed = Signal()
+job_released = Signal()
+job_timed_out = Signal()
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

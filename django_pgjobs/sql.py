@@ -26,6 +26,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
+from .validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 JOB = "django_pgjobs_job"
 RESULT = "django_pgjobs_jobresult"
@@ -44,8 +45,8 @@ NOTIFY_CHANNEL = "pgjobs"
 JOB_INSERT = f"""
 WITH ins AS (
     INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s)
+                       idempotency_key, timeout)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, run_at, created_at
 )
@@ -56,6 +57,12 @@ SELECT ins.id,
        pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
   FROM ins
 """
+
+# JOB_INSERT for .using(delay=...): run_at is the database's now() plus the delay,
+# the clock every other time of a job (claims, leases, backoff) is read from.
+JOB_INSERT_DELAYED = JOB_INSERT.replace("COALESCE(%s, now())", "now() + make_interval(secs => %s)")
+# The same time for a bulk enqueue (COPY takes values, not expressions).
+DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
@@ -85,7 +92,7 @@ UPDATE {JOB} AS j
   FROM picked, {ASYNC_COMMIT}
  WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
-          j.priority, j.idempotency_key
+          j.priority, j.idempotency_key, j.timeout
 """
 
 # Claim up to n due jobs of ONE queue in claim-index order. The CTE is the
@@ -206,28 +213,106 @@ WITH d AS (
     ON CONFLICT DO NOTHING
 )
 SELECT id FROM done
+UNION ALL
+-- Already completed under OUR lease: an earlier run of this very write committed
+-- (its reply was lost, or the batch was retried after an error). The statement's
+-- snapshot predates ``done``, so a row is never counted twice.
+SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
+ WHERE j.status = '{JobStatus.COMPLETED}'
 """
 
+def keep_newest(array: str) -> str:
+    """SQL for the jsonb array ``array`` cut to its ``%(keep)s`` newest entries
+    (``PGJOBS["MAX_ERRORS_KEPT"]``): the error history of a job stays bounded
+    however often it fails, is reclaimed or retried."""
+    return (f"jsonb_path_query_array({array}, 'lax $[last - $n + 1 to last]', "
+            "jsonb_build_object('n', %(keep)s::int))")
+
+
 # A failed attempt with attempts left: back to pending after the backoff delay.
+# Guarded by attempts: a row whose attempts are used up is dead-lettered instead,
+# whatever the caller decided, so no row is ever pending with attempts =
+# max_attempts (its next claim would violate attempts_in_bounds and fail the whole
+# claim statement). The second SELECT recognises our own earlier committed write
+# (same lease, already pending or dead): a retried write reports success once
+# more instead of "fenced".
 JOB_RETRY = f"""
-UPDATE {JOB}
-   SET status = '{JobStatus.PENDING}',
-       run_at = now() + make_interval(secs => %(delay)s),
-       errors = errors || %(error)s::jsonb,
-       last_error = %(last_error)s
- WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-RETURNING id
+WITH upd AS (
+    UPDATE {JOB}
+       SET status = CASE WHEN attempts < max_attempts THEN '{JobStatus.PENDING}'
+                         ELSE '{JobStatus.DEAD}' END,
+           finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
+           run_at = now() + make_interval(secs => %(delay)s),
+           errors = {keep_newest("errors || %(error)s::jsonb")},
+           last_error = %(last_error)s
+     WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+    RETURNING id
+)
+SELECT id FROM upd
+UNION ALL
+SELECT id FROM {JOB}
+ WHERE id = %(id)s AND lease = %(lease)s
+   AND status IN ('{JobStatus.PENDING}', '{JobStatus.DEAD}')
+   AND last_error = %(last_error)s
 """
 
 # A failed attempt with none left (or discard_on / unknown task): dead letter.
+# Same recognition of our own earlier committed write as JOB_RETRY.
 JOB_DEAD = f"""
+WITH upd AS (
+    UPDATE {JOB}
+       SET status = '{JobStatus.DEAD}',
+           finished_at = now(),
+           errors = {keep_newest("errors || %(error)s::jsonb")},
+           last_error = %(last_error)s
+     WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+    RETURNING id
+)
+SELECT id FROM upd
+UNION ALL
+SELECT id FROM {JOB}
+ WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.DEAD}'
+   AND last_error = %(last_error)s
+"""
+
+# A claim statement failed with a data error (a CHECK violation): the only row
+# state that makes a claim fail is a pending row whose attempts are used up
+# (written by an older version, or by hand). Dead-letter those rows, each with a
+# clear error, so the queue moves again. SKIP LOCKED: never waits on a worker.
+JOB_DEAD_EXHAUSTED = f"""
+WITH bad AS (
+    SELECT id FROM {JOB}
+     WHERE status = '{JobStatus.PENDING}' AND attempts >= max_attempts
+     ORDER BY id
+     LIMIT 1000
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB} AS j
+   SET status = '{JobStatus.DEAD}', finished_at = now(), lease = j.lease + 1,
+       errors = j.errors || jsonb_build_array(jsonb_build_object(
+           'attempt', j.attempts, 'at', now(), 'type', 'django_pgjobs.exceptions.PgJobsError',
+           'message', %(message)s::text, 'traceback', NULL, 'worker', %(worker)s::text)),
+       last_error = %(message)s
+  FROM bad
+ WHERE j.id = bad.id
+RETURNING j.id, j.task
+"""
+
+# Give up on a run that exceeded its timeout: the lease is bumped (anything the
+# abandoned run writes later is fenced), and the job goes back to pending after
+# the backoff, or to dead when its attempts are used up. Fenced by the lease we
+# claimed; returns the new status.
+JOB_TIMED_OUT = f"""
 UPDATE {JOB}
-   SET status = '{JobStatus.DEAD}',
-       finished_at = now(),
-       errors = errors || %(error)s::jsonb,
+   SET lease = lease + 1,
+       status = CASE WHEN attempts < max_attempts AND %(retry)s
+                     THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+       finished_at = CASE WHEN attempts < max_attempts AND %(retry)s THEN NULL ELSE now() END,
+       run_at = now() + make_interval(secs => %(delay)s),
+       errors = {keep_newest("errors || %(error)s::jsonb")},
        last_error = %(last_error)s
  WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-RETURNING id
+RETURNING status
 """
 
 # Graceful shutdown: hand an unfinished job back without counting the attempt.
@@ -254,14 +339,24 @@ RESULT_BY_KEY = f"SELECT value FROM {RESULT} WHERE idempotency_key = %s"
 
 _ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
     'attempt', j.attempts, 'at', now(), 'type', %(type)s::text, 'message', %(message)s::text,
-    'traceback', NULL, 'worker', j.worker))"""
+    'traceback', NULL, 'worker', j.worker, 'refunded', stale.refund))"""
+
+# How many times a job's worker was lost while running it with the attempt given
+# back (entries marked "refunded" by the reaper; an admin retry clears the marks).
+_REFUNDED = "jsonb_array_length(jsonb_path_query_array(errors, 'lax $[*] ? (@.refunded == true)'))"
 
 # Reclaim running jobs whose heartbeat is stale. SKIP LOCKED: reapers on many
 # hosts split the stale rows between them and never wait on a worker that is
 # completing the same row right now; the lease bump fences the lost worker.
+#
+# A lost worker is not its jobs' fault, except for one of them perhaps (os._exit,
+# a segfault, an OOM kill takes every neighbour in the process along): the attempt
+# is given back (attempts - 1, back to pending) unless the job has already had it
+# given back max_attempts times (bounded by the kept history), and then it is
+# dead-lettered: a real crasher still ends, its neighbours lose nothing.
 JOB_REAP_STALE = f"""
 WITH stale AS (
-    SELECT id FROM {JOB}
+    SELECT id, {_REFUNDED} < least(max_attempts, %(keep)s) AS refund FROM {JOB}
      WHERE status = '{JobStatus.RUNNING}'
        AND heartbeat_at < now() - make_interval(secs => %(stale_after)s)
      ORDER BY heartbeat_at
@@ -270,12 +365,14 @@ WITH stale AS (
 )
 UPDATE {JOB} AS j
    SET lease = j.lease + 1,
-       status = CASE WHEN j.attempts >= j.max_attempts
-                     THEN '{JobStatus.DEAD}' ELSE '{JobStatus.PENDING}' END,
-       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       status = CASE WHEN stale.refund THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+       attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
+       finished_at = CASE WHEN stale.refund THEN NULL ELSE now() END,
        run_at = now(),
-       errors = j.errors || {_ERROR_ENTRY},
-       last_error = %(message)s
+       errors = {keep_newest(f"j.errors || {_ERROR_ENTRY}")},
+       last_error = %(message)s || CASE WHEN stale.refund THEN '; the attempt was not counted'
+                                        ELSE '; dead-lettered: its workers were lost too often'
+                                   END
   FROM stale
  WHERE j.id = stale.id
 RETURNING j.id, j.task, j.status, j.attempts, j.worker
@@ -296,6 +393,13 @@ UPDATE {JOB} AS j
 RETURNING j.id
 """
 
+# The error history with the reaper's "refunded" marks cleared (see JOB_REAP_STALE).
+_FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"refunded": false}'
+                                           ELSE e END ORDER BY i), '[]'::jsonb)
+          FROM jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array'
+                                         THEN j.errors ELSE '[]'::jsonb END)
+               WITH ORDINALITY AS x(e, i))"""
+
 # Retry now: dead, cancelled, or stuck running (stale heartbeat) -> pending, attempts
 # reset, lease bumped so a stuck job's zombie is fenced; the error history stays.
 JOB_RETRY_NOW = f"""
@@ -310,7 +414,9 @@ WITH mine AS (
 )
 UPDATE {JOB} AS j
    SET status = '{JobStatus.PENDING}', lease = j.lease + 1, attempts = 0,
-       run_at = now(), finished_at = NULL
+       run_at = now(), finished_at = NULL,
+       -- the history stays (newest entries only); a fresh start forgives lost workers
+       errors = {keep_newest(_FORGIVEN)}
   FROM mine WHERE j.id = mine.id
 RETURNING j.id
 """
@@ -347,6 +453,85 @@ class Claimed:
     queue: str
     priority: int
     idempotency_key: str | None
+    timeout: float | None = None
+
+
+class Undecodable(str):
+    """Stands in for stored args/kwargs that cannot be decoded (a number of more
+    than 4,300 digits, nesting deeper than the interpreter's recursion limit): the
+    executor dead-letters that job alone, with this text as the reason."""
+
+
+class _PreparedCursor:
+    """A psycopg cursor whose ``execute`` sends hot statements as named prepared
+    statements (parsed and planned once per connection), whatever Django's own
+    ``server_side_binding`` says. Falls back to unprepared execution for good when
+    the server says a prepared statement is missing (a transaction pooler)."""
+
+    __slots__ = ("cursor", "wrapper")
+
+    def __init__(self, cursor: Any, wrapper: BaseDatabaseWrapper):
+        self.cursor = cursor
+        self.wrapper = wrapper
+
+    def execute(self, statement: str, params: Any = None) -> Any:
+        import psycopg.errors
+
+        try:
+            return self.cursor.execute(statement, params, prepare=True)
+        except (psycopg.errors.InvalidSqlStatementName,
+                psycopg.errors.DuplicatePreparedStatement) as exc:
+            _disable_prepare(f"the server lost a prepared statement ({exc}); probably a "
+                             "transaction pooler")
+            if not self.wrapper.get_autocommit():
+                raise
+            return self.cursor.execute(statement, params, prepare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cursor, name)
+
+
+_prepare_disabled = False
+
+
+def _disable_prepare(reason: str) -> None:
+    global _prepare_disabled
+    if not _prepare_disabled:
+        import logging
+
+        logging.getLogger("django_pgjobs").warning(
+            "prepared statements switched off for this process: %s "
+            "(set PGJOBS['PREPARE'] = False to say so up front)", reason)
+    _prepare_disabled = True
+
+
+def _may_prepare(connection: BaseDatabaseWrapper, raw: Any) -> bool:
+    """PGJOBS["PREPARE"]: True, False, or "auto": prepare unless the server we talk
+    to listens on another port than the one we connected to (a pooler such as
+    pgbouncer in front of it; pgbouncer < 1.21 in transaction mode cannot keep
+    prepared statements). Checked once per connection."""
+    from .conf import get_settings
+
+    setting = get_settings().PREPARE
+    if setting is False or (setting == "auto" and _prepare_disabled):
+        return False
+    if setting == "auto":
+        options = connection.settings_dict.get("OPTIONS") or {}
+        if "prepare_threshold" in options and options["prepare_threshold"] is None:
+            return False  # the project switched psycopg's prepared statements off itself
+        with raw.cursor() as cursor:
+            cursor.execute("SELECT current_setting('port')")
+            row = cursor.fetchone()
+        try:
+            if row is None or int(row[0]) != int(raw.info.port):
+                return False
+        except (TypeError, ValueError):
+            return False
+    if raw.prepare_threshold is None:
+        # Django's client-side binding leaves psycopg's preparing off; turn it on
+        # for our explicit prepare=True only (no count ever reaches the threshold).
+        raw.prepare_threshold = 2**31 - 1
+    return True
 
 
 @contextmanager
@@ -358,11 +543,18 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     This keeps Django's semantics that matter here — the connection is opened on
     demand, a broken atomic block is refused, and errors come out as django.db
     errors — and falls back to Django's cursor when queries are being logged
-    (DEBUG, assertNumQueries), so they still show up there.
+    (DEBUG, assertNumQueries) or ``connection.execute_wrapper`` wrappers are
+    installed, so they still see every statement.
+
+    Where ``PGJOBS["PREPARE"]`` allows, statements run as server-side prepared
+    statements (in autocommit only under "auto": behind a pooler a prepared
+    statement may vanish, and only outside a transaction can the statement be
+    repeated unprepared).
     """
-    if getattr(connection, "queries_logged", True):
-        # Queries are logged, or this is a plain psycopg connection (the fault
-        # suite drives these functions with its own): the ordinary cursor.
+    if getattr(connection, "queries_logged", True) or getattr(
+            connection, "execute_wrappers", None):
+        # Queries are logged, wrappers are installed, or this is a plain psycopg
+        # connection (the fault suite drives these functions with its own).
         with connection.cursor() as cursor:
             yield cursor
         return
@@ -371,10 +563,20 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     raw = connection.connection
     cached = getattr(connection, "_pgjobs_hot_cursor", None)
     if cached is None or cached[0] is not raw or cached[1].closed:
-        cached = (raw, raw.cursor())
+        import psycopg
+
+        with connection.wrap_database_errors:
+            prepare = _may_prepare(connection, raw)
+        # A server-side-binding cursor (Django's default is client-side binding,
+        # which cannot prepare); it shares the connection's adapters.
+        plain = psycopg.Cursor(raw) if prepare else raw.cursor()
+        cached = (raw, plain, _PreparedCursor(plain, connection) if prepare else None)
         connection._pgjobs_hot_cursor = cached  # type: ignore[attr-defined]
+    prepared = cached[2]
+    use = cached[1] if prepared is None or (
+        _prepare_disabled or not connection.get_autocommit()) else prepared
     with connection.wrap_database_errors:
-        yield cached[1]
+        yield use
 
 
 def claim(
@@ -394,10 +596,19 @@ def claim(
         cursor.execute(statement, params)
         rows = cursor.fetchall()
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
+    # Decoded per row: one undecodable row fails its own job, not the batch.
     return [
-        Claimed(r[0], r[1], _json(r[2]), _json(r[3]), r[4], r[5], r[6], r[7], r[8], r[9])
+        Claimed(r[0], r[1], _args(r[2]), _args(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
+                r[10])
         for r in rows
     ]
+
+
+def _args(value: Any) -> Any:
+    try:
+        return _json(value)
+    except BaseException as exc:  # noqa: BLE001 - RecursionError, ValueError (digit limit)
+        return Undecodable(f"{type(exc).__name__}: {str(exc)[:300]}")
 
 
 def _json(value: Any) -> Any:
@@ -410,13 +621,26 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+def encode_result(value: Any) -> str | None:
+    """The JSON text stored for a return value (None: nothing to store). Raises
+    ValueError/RecursionError for values json cannot encode: callers run it in the
+    job's own thread so only that job fails."""
+    return None if value is None else json.dumps(value, allow_nan=False)
+
+
+class Encoded(str):
+    """A return value already encoded with ``encode_result`` (by the job thread)."""
+
+
 def complete_many(
     connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int, Any]]
 ) -> set[int]:
-    """Complete ``(id, lease, return value)`` items; returns the ids that were still ours."""
+    """Complete ``(id, lease, return value)`` items; returns the ids that were still ours
+    (including those an earlier, committed run of the same write completed).
+    Values of type ``Encoded`` are stored as they are."""
     ids = [i[0] for i in items]
     leases = [i[1] for i in items]
-    values = [None if i[2] is None else json.dumps(i[2], allow_nan=False) for i in items]
+    values = [i[2] if isinstance(i[2], Encoded) else encode_result(i[2]) for i in items]
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "values": values})
         return {row[0] for row in cursor.fetchall()}
@@ -426,7 +650,7 @@ def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]])
     """Touch ``(id, lease)`` items; returns the ids whose lease is no longer ours."""
     if not items:
         return set()
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             JOB_HEARTBEAT, {"ids": [i[0] for i in items], "leases": [i[1] for i in items]}
         )
@@ -434,7 +658,7 @@ def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]])
 
 
 def _fenced(connection: BaseDatabaseWrapper, statement: str, params: dict[str, Any]) -> bool:
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
         return cursor.fetchone() is not None
 
@@ -444,18 +668,40 @@ def retry(
 ) -> bool:
     return _fenced(connection, JOB_RETRY, {
         "id": id, "lease": lease, "delay": delay,
-        "error": json.dumps([error]), "last_error": _last_error(error),
+        "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep(),
     })
 
 
 def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
     return _fenced(connection, JOB_DEAD, {
         "id": id, "lease": lease, "error": json.dumps([error]), "last_error": _last_error(error),
+        "keep": _keep(),
     })
 
 
 def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
     return _fenced(connection, JOB_RELEASE, {"id": id, "lease": lease})
+
+
+def dead_exhausted(connection: BaseDatabaseWrapper, *, worker: str) -> list[tuple[int, str]]:
+    """Dead-letter pending rows whose attempts are used up (they fail every claim)."""
+    message = ("pending with its attempts used up, which would fail every claim of its "
+               "queue; dead-lettered")
+    with connection.cursor() as cursor:
+        cursor.execute(JOB_DEAD_EXHAUSTED, {"message": message, "worker": worker})
+        return [(r[0], r[1]) for r in cursor.fetchall()]
+
+
+def timed_out(connection: BaseDatabaseWrapper, *, id: int, lease: int, retry: bool,
+              delay: float, error: dict[str, Any]) -> str | None:
+    """Give up on a run past its timeout (lease bumped); the new status, or None if
+    the lease was no longer ours."""
+    with hot_cursor(connection) as cursor:
+        cursor.execute(JOB_TIMED_OUT, {
+            "id": id, "lease": lease, "retry": retry, "delay": delay,
+            "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep()})
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def lease_is_ours(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
@@ -484,7 +730,7 @@ def reap(
     with connection.cursor() as cursor:
         cursor.execute(JOB_REAP_STALE, {
             "stale_after": stale_after, "batch": batch, "message": message,
-            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}", "keep": _keep(),
         })
         return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
 
@@ -497,8 +743,15 @@ def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
 
 def retry_now(connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float) -> set[int]:
     with connection.cursor() as cursor:
-        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after})
+        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after,
+                                       "keep": _keep()})
         return {r[0] for r in cursor.fetchall()}
+
+
+def _keep() -> int:
+    from .conf import get_settings
+
+    return get_settings().MAX_ERRORS_KEPT
 
 
 def _last_error(error: dict[str, Any]) -> str:
@@ -641,8 +894,29 @@ LIMIT 1000
 # Same statement shape as JOB_INSERT: ON CONFLICT on the partial unique key index
 # (waits only for a concurrent inserter of the same key), NOTIFY at commit.
 # Returns the new job's id, or NULL when a job with that key already exists.
+#
+# Version 2 (migration 0003, which holds a frozen copy of this text; a test keeps
+# the two equal): the function and the table it writes are schema-qualified with
+# the jobs table's own schema and the function runs with a pinned search_path, so
+# a caller with another search_path (pg_cron, a trigger, a hostile session) gets
+# the same behaviour; arguments are bounded like the Python enqueue's (size from
+# the setting pgjobs.max_args_bytes, default 1 MiB; nesting; huge numbers).
+# The statement is a DO block that finds the table's schema and creates the
+# function in it; @SCHEMA@ is that schema as an identifier, @SCHEMA_LITERAL@ the
+# same text escaped for use inside a string literal of the body.
+# A list or object nested deeper than validation.MAX_DEPTH inside one argument.
+_TOO_DEEP = (f'strict $.**{{{MAX_JSON_DEPTH + 1} to last}} '
+             '? (@.type() == "array" || @.type() == "object")')
+
 ENQUEUE_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION pgjobs_enqueue(
+DO $do$
+DECLARE
+    schema_name text := (SELECT n.nspname FROM pg_class c
+                           JOIN pg_namespace n ON n.oid = c.relnamespace
+                          WHERE c.oid = '{JOB}'::regclass);
+BEGIN
+EXECUTE replace(replace($create$
+CREATE OR REPLACE FUNCTION @SCHEMA@.pgjobs_enqueue(
     task text,
     args jsonb DEFAULT NULL,
     kwargs jsonb DEFAULT NULL,
@@ -653,30 +927,52 @@ CREATE OR REPLACE FUNCTION pgjobs_enqueue(
     max_attempts integer DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     cols text[] := ARRAY['task'];
     vals text[] := ARRAY['$1'];
     new_id bigint;
     new_queue text;
+    max_bytes bigint := coalesce(
+        nullif(current_setting('pgjobs.max_args_bytes', true), '')::bigint, 1048576);
+    size bigint := coalesce(octet_length(args::text), 0) + coalesce(octet_length(kwargs::text), 0);
 BEGIN
     IF task IS NULL OR length(task) = 0 OR length(task) > 255 THEN
         RAISE EXCEPTION 'pgjobs_enqueue: task must be a registered task name of 1-255 characters, got %',
             coalesce(quote_literal(task), 'NULL') USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF size > max_bytes THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args and kwargs are % bytes as JSON, more than pgjobs.max_args_bytes (%); store large data elsewhere and pass its key',
+            size, max_bytes USING ERRCODE = 'program_limit_exceeded';
+    END IF;
     IF args IS NOT NULL THEN
         IF jsonb_typeof(args) <> 'array' THEN
-            RAISE EXCEPTION 'pgjobs_enqueue: args must be a JSON array, got %', args
+            RAISE EXCEPTION 'pgjobs_enqueue: args must be a JSON array, got %', left(args::text, 200)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'args'::text; vals := vals || '$2'::text;
     END IF;
     IF kwargs IS NOT NULL THEN
         IF jsonb_typeof(kwargs) <> 'object' THEN
-            RAISE EXCEPTION 'pgjobs_enqueue: kwargs must be a JSON object, got %', kwargs
+            RAISE EXCEPTION 'pgjobs_enqueue: kwargs must be a JSON object, got %', left(kwargs::text, 200)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'kwargs'::text; vals := vals || '$3'::text;
+    END IF;
+    -- What Python could not decode again: nesting deeper than {MAX_JSON_DEPTH} levels
+    -- inside an argument, numbers of more than about 4,200 digits.
+    IF jsonb_path_exists(coalesce(args, '[]'), '{_TOO_DEEP}')
+       OR jsonb_path_exists(coalesce(kwargs, '{{}}'), '{_TOO_DEEP}') THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args or kwargs nest lists/objects more than {MAX_JSON_DEPTH} levels deep'
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_path_query(
+                   coalesce(args, '[]') || jsonb_build_array(coalesce(kwargs, '{{}}')),
+                   'strict $.** ? (@.type() == "number")') AS n(v)
+                WHERE length(n.v::text) > 4200) THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: args or kwargs hold a number of more than 4200 digits; pass it as a string'
+            USING ERRCODE = 'program_limit_exceeded';
     END IF;
     IF queue IS NOT NULL THEN
         IF length(btrim(queue)) = 0 OR length(queue) > 100 OR queue <> btrim(queue)
@@ -703,7 +999,7 @@ BEGIN
     IF idempotency_key IS NOT NULL THEN
         IF length(idempotency_key) = 0 OR length(idempotency_key) > 255 THEN
             RAISE EXCEPTION 'pgjobs_enqueue: idempotency_key must be 1-255 characters, got %',
-                quote_literal(idempotency_key) USING ERRCODE = 'invalid_parameter_value';
+                quote_literal(left(idempotency_key, 300)) USING ERRCODE = 'invalid_parameter_value';
         END IF;
         cols := cols || 'idempotency_key'::text; vals := vals || '$7'::text;
     END IF;
@@ -715,7 +1011,7 @@ BEGIN
         cols := cols || 'max_attempts'::text; vals := vals || '$8'::text;
     END IF;
     EXECUTE format(
-        'INSERT INTO {JOB} (%s) VALUES (%s) '
+        'INSERT INTO @SCHEMA_LITERAL@.{JOB} (%s) VALUES (%s) '
         'ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING '
         'RETURNING id, queue',
         array_to_string(cols, ', '), array_to_string(vals, ', '))
@@ -727,9 +1023,8 @@ BEGIN
     RETURN new_id;
 END
 $fn$
+$create$, '@SCHEMA_LITERAL@', replace(quote_ident(schema_name), chr(39), chr(39) || chr(39))),
+   '@SCHEMA@', quote_ident(schema_name));
+END
+$do$
 """
-
-ENQUEUE_FUNCTION_DROP = (
-    "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, "
-    "text, integer)"
-)

@@ -22,6 +22,7 @@ from django.db import connections
 from . import overview, sql
 from .conf import get_settings
 from .overview import QueueCounts, TableHealth
+from .safetext import printable
 from .states import TERMINAL
 
 FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
@@ -171,7 +172,7 @@ def render(status: Status, now: datetime) -> str:
     window = _age(status.window).replace(".0", "")
     headers = ["queue", "pending", "due", "running", "stuck", "lag", "workers",
                *(f"{s}/{window}" for s in FINISHED)]
-    rows = [[e.queue, str(e.pending), str(e.due), str(e.running), str(e.stuck),
+    rows = [[printable(e.queue), str(e.pending), str(e.due), str(e.running), str(e.stuck),
              _age(e.lag), str(e.workers), *(str(e.finished[s]) for s in FINISHED)]
             for e in status.queues]
     if not rows:
@@ -190,7 +191,8 @@ def render(status: Status, now: datetime) -> str:
     else:
         out.append("all-time finished: no estimate yet (table not analyzed)")
     out.append(f"live workers: {len(status.workers)}"
-               + "".join(f"\n  {w['id']} queues={','.join(w['queues'])} "
+               + "".join(f"\n  {printable(str(w['id']))} "
+                         f"queues={printable(','.join(map(str, w['queues'])))} "
                          f"concurrency={w['concurrency']} seen {_when(w['last_seen'], now)}"
                          for w in status.workers))
     for table in status.tables:
@@ -207,7 +209,7 @@ def render(status: Status, now: datetime) -> str:
         out.append(f"  storage parameters: {params or '(server defaults)'}")
     out.append(f"claim index pgjobs_job_claim_idx: {_size(status.claim_index_bytes)}")
     for warning in status.warnings:
-        out.append(f"WARNING: {warning}")
+        out.append(f"WARNING: {printable(warning)}")
     return "\n".join(out) + "\n"
 
 

@@ -12,11 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.core import checks
+from django.db.models import JSONField, OuterRef, Subquery
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
-from django.utils import timezone
 
 from . import tasks_bridge as bridge
 from .conf import get_settings, suggest
@@ -91,12 +91,14 @@ class PgJobsBackend(BaseTaskBackend):
         definition = bridge.register(task)
         job_args, job_kwargs = bridge.arguments(task, args, kwargs)
         run_after: Any = task.run_after
-        if isinstance(run_after, timedelta):
-            run_after = timezone.now() + run_after
+        delay = None
+        if isinstance(run_after, timedelta):  # added to the database's clock, as delay= is
+            run_after, delay = None, run_after
         options = {
             "queue": task.queue_name,
             "priority": int(task.priority),
             "run_at": run_after,
+            "delay": delay,
             "max_attempts": getattr(task, "max_attempts", None) or self._option("max_attempts"),
             "idempotency_key": getattr(task, "idempotency_key", None),
         }
@@ -104,7 +106,9 @@ class PgJobsBackend(BaseTaskBackend):
         base = bridge.task_for_name(job.task) or definition.task
         result = bridge.result_from_job(job, base, self, return_value=job.result
                                         if job.status == "completed" else None)
-        bridge.send(task_enqueued, type(self), result)
+        if getattr(job, "_pgjobs_inserted", False):
+            # An existing idempotency key wrote nothing: nothing was enqueued to announce.
+            bridge.send(task_enqueued, type(self), result)
         return result
 
     # -- results -----------------------------------------------------------
@@ -112,12 +116,16 @@ class PgJobsBackend(BaseTaskBackend):
     def get_result(self, result_id: Any) -> TaskResult:  # type: ignore[type-arg]
         """The result of job ``result_id``; ``TaskResultDoesNotExist`` for an id that is
         malformed, unknown, or a ``@job`` (not a django.tasks task)."""
-        from .models import Job
+        from .models import Job, JobResult
 
         text = str(result_id)
         if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_ID:
             raise TaskResultDoesNotExist(result_id)
-        job = Job.objects.using(get_settings().DATABASE).filter(pk=int(text)).first()
+        # The stored return value comes with the row: one query per refresh().
+        stored = JobResult.objects.filter(job_id=OuterRef("pk")).values("value")[:1]
+        job = (Job.objects.using(get_settings().DATABASE)
+               .annotate(pgjobs_stored_value=Subquery(stored, output_field=JSONField()))
+               .filter(pk=int(text)).first())
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         base = bridge.task_for_name(job.task)
@@ -126,7 +134,7 @@ class PgJobsBackend(BaseTaskBackend):
                 f"{result_id} (job {job.id} runs {job.task!r}, which is not a django.tasks task "
                 "known to this process)"
             )
-        value = job.result if job.status == "completed" else None
+        value = job.pgjobs_stored_value if job.status == "completed" else None  # type: ignore[attr-defined]
         return bridge.result_from_job(job, base, self, return_value=value)
 
     # -- checks ------------------------------------------------------------

@@ -15,6 +15,7 @@ Only ``tasks_backend.py`` and the worker (through the registry) use this module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.dispatch import Signal
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
@@ -31,9 +33,10 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from . import registry
+from . import outcomes, registry
 from .conf import get_settings
 from .decorators import JobDefinition
+from .executor import Outcome
 from .states import JobStatus
 
 if TYPE_CHECKING:
@@ -191,24 +194,13 @@ def register(task: Task) -> TaskDefinition:  # type: ignore[type-arg]
 
 
 def task_for_name(name: str) -> Task | None:  # type: ignore[type-arg]
-    """The registered task behind a job's ``task`` column, or None for a ``@job``.
+    """The registered task behind a job's ``task`` column, or None (a ``@job``, or a
+    name this process has not registered).
 
-    Reading a result may import the task's module (as other backends do) when
-    this process has not imported it yet; *running* never does (see the registry).
+    Never imports by path: the name comes from a row, which anyone with INSERT
+    rights (or ``pgjobs_enqueue``) can write. Tasks are registered when their module
+    is imported (every installed app's ``tasks`` module is, at startup).
     """
-    definition = registry.find(name)
-    if isinstance(definition, TaskDefinition):
-        return definition.task
-    if definition is not None and not name.startswith(PREFIX):
-        return None  # a @job
-    from django.utils.module_loading import import_string
-
-    try:
-        found = import_string(name.removeprefix(PREFIX))
-    except ImportError:
-        return None
-    if not isinstance(found, Task):
-        return None
     definition = registry.find(name)
     return definition.task if isinstance(definition, TaskDefinition) else None
 
@@ -225,6 +217,8 @@ def to_json(value: Any, where: str) -> Any:
         return json.loads(json.dumps(normalize_json(value), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise TypeError(f"{where}: nests lists/dicts too deeply to be stored as JSON") from None
 
 
 def arguments(task: Task, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:  # type: ignore[type-arg]
@@ -248,14 +242,21 @@ def _return_value(value: Any, path: str) -> Any:
 
 
 def _time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
+    """A time from an error entry, aware or naive as ``USE_TZ`` says (entries written
+    by the database are aware, those of a ``USE_TZ = False`` worker naive)."""
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value)
+            value = datetime.fromisoformat(value)
         except ValueError:
             return None
-    return None
+    if not isinstance(value, datetime):
+        return None
+    zone = timezone.get_default_timezone()
+    if settings.USE_TZ and timezone.is_naive(value):
+        return timezone.make_aware(value, zone)
+    if not settings.USE_TZ and timezone.is_aware(value):
+        return timezone.make_naive(value, zone)
+    return value
 
 
 def _errors(job: Job) -> list[TaskError]:
@@ -375,37 +376,56 @@ def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
 
 def run(definition: TaskDefinition, job: JobContext, args: list[Any],
         kwargs: dict[str, Any]) -> Any:
-    """Run one attempt of a task inside the worker, as Django's contract describes:
-    RUNNING result -> ``task_started`` -> call -> ``task_finished`` (for a failure,
-    from inside the ``except`` block, and only when no retry follows)."""
+    """Run one attempt of a task inside the worker: RUNNING result -> ``task_started``
+    -> call. ``task_finished`` waits for the attempt's outcome to be written (see
+    ``_finished``): nobody is told "succeeded" about a write the lease refused."""
     from .models import Job
 
     backend = backend_for(definition.task)
     row = Job.objects.using(get_settings().DATABASE).get(pk=job.job_id)
     result = result_from_job(row, definition.task, backend)
     sender = type(backend)
+    outcomes.after_write(job.job_id, job.lease, functools.partial(_finished, sender, result))
     send(task_started, sender, result)
     task = result.task
-    try:
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *args, **kwargs)
-        else:
-            value = task.call(*args, **kwargs)
-        value = _return_value(value, task.module_path)
-    except BaseException as exc:
-        retrying = job.attempt < job.max_attempts and definition.should_retry(exc)
-        if not retrying:
-            cls = type(exc)
-            result.errors.append(TaskError(
-                exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
-                traceback="".join(traceback.format_exception(exc)),
-            ))
-            object.__setattr__(result, "status", TaskResultStatus.FAILED)
-            object.__setattr__(result, "finished_at", timezone.now())
-            send(task_finished, sender, result)  # inside except: the log line gets exc_info
-        raise
-    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    if task.takes_context:
+        value = task.call(TaskContext(task_result=result), *args, **kwargs)
+    else:
+        value = task.call(*args, **kwargs)
+    return _return_value(value, task.module_path)
+
+
+def _finished(sender: type, result: TaskResult, outcome: Outcome,  # type: ignore[type-arg]
+              ours: bool) -> None:
+    """Send ``task_finished`` for an attempt whose outcome is now in the database.
+
+    Nothing for a fenced attempt (a zombie announces nothing) nor for one that will
+    be retried (Django's contract: the signal marks the end of the task). A failure
+    is sent from inside an ``except`` block, so Django's log line gets ``exc_info``.
+    """
+    if not ours or outcome.kind not in ("completed", "dead"):
+        return
     object.__setattr__(result, "finished_at", timezone.now())
-    object.__setattr__(result, "_return_value", value)
-    send(task_finished, sender, result)
-    return value
+    if outcome.kind == "completed":
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "_return_value", outcome.value)
+        send(task_finished, sender, result)
+        return
+    exc = outcome.exception
+    error = outcome.error or {}
+    if exc is not None:
+        cls = type(exc)
+        path = f"{cls.__module__}.{cls.__qualname__}"
+        text = "".join(traceback.format_exception(exc))
+    else:
+        path = str(error.get("type") or "builtins.Exception")
+        text = str(error.get("traceback") or f"{path}: {error.get('message', '')}\n")
+    result.errors.append(TaskError(exception_class_path=path, traceback=text))
+    object.__setattr__(result, "status", TaskResultStatus.FAILED)
+    if exc is None:
+        send(task_finished, sender, result)
+        return
+    try:
+        raise exc
+    except BaseException:  # noqa: BLE001 - re-raised only to set exc_info for receivers
+        send(task_finished, sender, result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -21,8 +22,26 @@ MAX_DELAY = timedelta(days=365 * 1000)
 
 #: Options accepted by ``.using()`` and ``Job.objects.enqueue``.
 CALL_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key"}
+    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key", "timeout"}
 )
+
+
+def check_timeout(value: Any, where: str = "timeout") -> float | None:
+    """Seconds (int, float or timedelta) a run may take; None means no limit."""
+    from datetime import timedelta
+
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"{where} must be seconds (int or float), a timedelta or None, "
+                        f"got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{where} must be a positive number of seconds or None, got {value!r}")
+    return seconds
 
 
 def check_text(value: str, where: str) -> None:
@@ -47,7 +66,17 @@ def _storable_text(value: str, name: str) -> None:
         raise ValueError(str(exc)) from None
 
 
-def check_json(value: Any, where: str, *, exact_floats: bool = True) -> None:
+#: Deepest nesting of lists and dicts accepted in arguments and return values:
+#: Python's JSON decoder recurses per level, so a deeper value stored today could
+#: not be read back by a worker (or the admin) tomorrow.
+MAX_DEPTH = 200
+
+#: Python refuses to convert ints of more than 4300 digits to and from text
+#: (``sys.set_int_max_str_digits``); this many bits is safely below that.
+MAX_INT_BITS = 14_000
+
+
+def check_json(value: Any, where: str, *, exact_floats: bool = True, _depth: int = 0) -> None:
     """Raise ``TypeError`` unless ``value`` survives a JSON round trip unchanged."""
     if value is None or isinstance(value, bool):
         return
@@ -55,6 +84,10 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True) -> None:
         check_text(value, where)
         return
     if isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise TypeError(f"{where} is an int of about {int(value.bit_length() * 0.30103)} "
+                            "digits, more than JSON values may carry here (4,000); pass it as "
+                            "a string")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -64,9 +97,12 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True) -> None:
             raise TypeError(f"{where} is the float {value!r}, which PostgreSQL's jsonb gives "
                             f"back as an int; pass int(...) or a string")
         return
+    if isinstance(value, list | dict) and _depth >= MAX_DEPTH:
+        raise TypeError(f"{where} nests lists/dicts more than {MAX_DEPTH} levels deep, "
+                        "which could not be decoded again")
     if isinstance(value, list):
         for i, item in enumerate(value):
-            check_json(item, f"{where}[{i}]", exact_floats=exact_floats)
+            check_json(item, f"{where}[{i}]", exact_floats=exact_floats, _depth=_depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -76,7 +112,7 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True) -> None:
                     "JSON object keys are strings, so it would not round-trip"
                 )
             check_text(key, f"a key of {where}")
-            check_json(item, f"{where}[{key!r}]", exact_floats=exact_floats)
+            check_json(item, f"{where}[{key!r}]", exact_floats=exact_floats, _depth=_depth + 1)
         return
     hint = ""
     if isinstance(value, tuple):
@@ -89,6 +125,43 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True) -> None:
         f"{where} is a {type(value).__module__}.{type(value).__qualname__}, "
         f"which does not round-trip through JSON{hint}"
     )
+
+
+def check_size(func: Callable[..., Any], task: str, args: Sequence[Any],
+               kwargs: Mapping[str, Any], size: int, *, takes_context: bool = False) -> None:
+    """Refuse arguments whose JSON text (``size`` bytes: args plus kwargs) exceeds
+    ``PGJOBS["MAX_ARGS_BYTES"]``, naming the largest argument. Measured where the
+    value enters, so a huge row never reaches a worker or the admin."""
+    from .conf import get_settings
+
+    limit = get_settings().MAX_ARGS_BYTES
+    if size <= limit:
+        return
+    _, names, _ = _signature(func, takes_context)
+    sizes = [(len(json.dumps(v)), f"argument {names[i]!r}" if i < len(names) else f"argument #{i}")
+             for i, v in enumerate(args)]
+    sizes += [(len(json.dumps(v)), f"argument {k!r}") for k, v in kwargs.items()]
+    largest, name = max(sizes) if sizes else (size, "the arguments")
+    raise ValueError(
+        f"{task}: {name} is {largest:,} bytes as JSON (all arguments: {size:,} bytes), more "
+        f"than PGJOBS['MAX_ARGS_BYTES'] = {limit:,}; store large data elsewhere (a table, "
+        "a file, object storage) and pass its key"
+    )
+
+
+def check_result_size(value: Any, task: str) -> None:
+    """Refuse a return value whose JSON text exceeds ``PGJOBS["MAX_RESULT_BYTES"]``
+    (``TypeError``, like every other unstorable return value: the job fails clearly)."""
+    from .conf import get_settings
+
+    if value is None or isinstance(value, bool | int | float):
+        return
+    limit = get_settings().MAX_RESULT_BYTES
+    size = len(json.dumps(value))
+    if size > limit:
+        raise TypeError(f"the return value of {task} is {size:,} bytes as JSON, more than "
+                        f"PGJOBS['MAX_RESULT_BYTES'] = {limit:,}; store large results "
+                        "elsewhere and return their key")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -189,16 +262,25 @@ def check_run_at(value: Any) -> datetime | None:
         return None
     if not isinstance(value, datetime):
         raise TypeError(f"run_at must be an aware datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
+    if (value.tzinfo is None or value.utcoffset() is None) and _use_tz():
         raise ValueError(
             "run_at must be an aware datetime (it has no tzinfo); "
             "use django.utils.timezone.now() + timedelta(...) or pass delay="
         )
     try:
-        value.astimezone(UTC)
+        if value.tzinfo is not None:
+            value.astimezone(UTC)
     except OverflowError:
         raise ValueError(f"run_at is out of range (years 1 to 9999 in UTC), got {value!r}") from None
     return value
+
+
+def _use_tz() -> bool:
+    """With ``USE_TZ = False`` Django's datetimes are naive (in ``TIME_ZONE``); then a
+    naive ``run_at`` means that zone, as everywhere else in such a project."""
+    from django.conf import settings
+
+    return bool(settings.USE_TZ)
 
 
 def check_delay(value: Any) -> timedelta | None:
@@ -235,6 +317,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         out["max_attempts"] = check_max_attempts(options["max_attempts"])
     if "idempotency_key" in options:
         out["idempotency_key"] = check_idempotency_key(options["idempotency_key"])
+    if "timeout" in options:
+        out["timeout"] = check_timeout(options["timeout"], "timeout")
     run_at = check_run_at(options.get("run_at"))
     delay = check_delay(options.get("delay"))
     if run_at is not None and delay is not None:

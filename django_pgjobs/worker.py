@@ -1,22 +1,30 @@
-"""The worker: claims jobs, runs them on a thread pool, writes their outcomes.
+"""The worker: claims jobs, runs them, writes their outcomes — pipelined.
 
 Threads, each with its own database connection:
 
-* main: the claim loop. Claims up to the free slots (``--batch`` at most) in one
-  round trip, hands jobs to the pool, then sleeps until a NOTIFY, a freed slot or
-  the jittered poll timeout;
-* pool: runs handlers (user code, so Django connections are cleaned after each job);
+* main: the claim loop. Claims up to the free slots plus a small prefetch
+  (``--batch`` at most) in one round trip and hands jobs to the runners, then
+  sleeps until a NOTIFY, a freed slot or the jittered poll timeout;
+* runners: ``--concurrency`` threads run sync handlers (user code, so Django
+  connections are cleaned after each job); ``async def`` jobs run as tasks on one
+  event loop (``--async-concurrency`` at once);
 * completer: batches completions into one statement and writes retries/dead
-  letters; frees slots;
-* heartbeat: refreshes all in-flight jobs in one statement, notices lost leases
+  letters. A slot is free the moment its handler returns: outcomes waiting to be
+  written are tracked (heartbeated, written before exit) separately, and bounded;
+* heartbeat: refreshes all claimed jobs in one statement, notices lost leases
   (cancel, reaper) and keeps the ``Worker`` row fresh;
+* watchdog: gives up on runs past their timeout (lease bumped);
 * listener (LISTEN), maintenance (reaper and friends).
+
+Every thread survives any exception from the code it runs: a job that breaks
+the worker's own machinery fails alone, with a clear error entry.
 
 No transaction stays open while a job runs, except inside ``@job(atomic=True)``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -27,12 +35,20 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connections,
+)
 
-from . import outcomes, signals, sql
+from . import executor, outcomes, registry, signals, sql
+from .async_runner import AsyncRunner
 from .conf import get_settings
 from .context import JobContext
 from .executor import Outcome, execute, make_context
@@ -44,15 +60,39 @@ from .throttle import Backoff
 logger = logging.getLogger("django_pgjobs")
 
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+#: Errors that say the connection (or server) is in trouble: reconnect, back off and
+#: repeat the same statement. Any other error is about the data of some row.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+#: Errors a claim statement raises when one row's state breaks a constraint.
+DATA_ERRORS = (IntegrityError, DataError)
 
 #: Longest a saturated worker waits for more free slots before a claim (seconds).
 GATHER_WAIT = 0.005
+#: Defaults of ``runjobs`` (chosen by measurement; docs/explanation/performance.md).
+DEFAULT_CONCURRENCY = 16
+DEFAULT_ASYNC_CONCURRENCY = 100
+#: Work a prefetch should cover: the time a claim takes, with margin (seconds).
+PREFETCH_COVER = 0.02
+#: How often the watchdog looks for runs past their timeout (seconds).
+WATCHDOG_INTERVAL = 0.1
 
 
-@dataclass
+@dataclass(eq=False)
 class InFlight:
+    """A claimed job until its outcome is written (or it is released).
+
+    ``state``: queued (prefetched, not started) -> running -> done (outcome handed
+    to the completer); or -> timed_out (the watchdog wrote it off) or released.
+    """
+
     claimed: sql.Claimed
     context: JobContext
+    is_async: bool = False
+    timeout: float | None = None
+    state: str = "queued"
+    thread: threading.Thread | None = field(default=None, repr=False)
+    started: float = 0.0
+    deadline: float | None = None
 
 
 def make_worker_id() -> str:
@@ -60,13 +100,15 @@ def make_worker_id() -> str:
 
 
 class Worker:
-    """One ``runjobs`` process. ``run()`` returns the exit code."""
+    """One ``runjobs`` process. ``run()`` returns the exit code; ``restart_reason`` is
+    set when the worker stopped itself to be restarted (abandoned threads)."""
 
     def __init__(
         self,
         *,
         queues: Sequence[str] | None = None,
-        concurrency: int = 8,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
         batch: int | None = None,
         burst: bool = False,
         max_jobs: int | None = None,
@@ -77,16 +119,23 @@ class Worker:
         alias: str | None = None,
         worker_id: str | None = None,
         install_signal_handlers: bool = True,
+        max_abandoned: int | None = None,
     ):
         conf = get_settings()
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if async_concurrency < 1:
+            raise ValueError(f"async_concurrency must be >= 1, got {async_concurrency}")
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
         self.batch = batch or conf.BATCH_SIZE
         # A busy worker waits (at most GATHER_WAIT) until this many slots are free
         # before claiming again, so claims stay batches instead of 1-2 rows each.
         self.min_claim = max(1, min(self.batch, concurrency) // 4)
+        # Outcomes waiting for the completer: past this, claiming pauses.
+        self.max_unwritten = max(2 * self.batch, 2 * concurrency)
+        self.max_abandoned = concurrency if max_abandoned is None else max_abandoned
         self.burst = burst
         self.max_jobs = max_jobs
         self.poll_interval = conf.POLL_INTERVAL if poll_interval is None else poll_interval
@@ -108,9 +157,18 @@ class Worker:
         self._threads_stop = threading.Event()  # stop helper threads
         self._done: queue.SimpleQueue[tuple[InFlight, Outcome] | None] = queue.SimpleQueue()
         self._signals_seen = 0
+        self._busy_sync = 0    # jobs queued on or running in the job threads
+        self._busy_async = 0   # async jobs on the event loop
+        self._claim_kind = "sync"  # what the last claim brought: sync, async or mixed
+        self._job_time: float | None = None  # moving average of a sync run (seconds)
+        self._async_job_time: float | None = None  # the same for async runs
+        self._pool: JobRunners[InFlight] | None = None
+        self._async: AsyncRunner | None = None
+        self.restart_reason: str | None = None
         self.claimed_count = 0
         self.finished_count = 0
-        self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0}
+        self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0,
+                       "timed_out": 0}
 
     # ------------------------------------------------------------------ control
 
@@ -138,13 +196,20 @@ class Worker:
         if self.install_signal_handlers and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        logger.info("worker %s starting: queues=%s concurrency=%d batch=%d listen=%s burst=%s",
-                    self.id, ",".join(self.queues) if self.queues else "*", self.concurrency,
-                    self.batch, self.listen, self.burst)
+        use_async = any(d.is_async and not d.atomic for d in registry.all_definitions())
+        logger.info("worker %s starting: queues=%s concurrency=%d async_concurrency=%s batch=%d "
+                    "listen=%s burst=%s", self.id,
+                    ",".join(self.queues) if self.queues else "*", self.concurrency,
+                    self.async_concurrency if use_async else "- (no async jobs)", self.batch,
+                    self.listen, self.burst)
         pool: JobRunners[InFlight] = JobRunners(self.concurrency, self._run_job, "pgjobs-job")
+        self._pool = pool
+        if use_async:
+            self._async = AsyncRunner(self._run_async, self.async_concurrency)
         helpers: list[threading.Thread] = [
             threading.Thread(target=self._completer, name="pgjobs-completer", daemon=True),
             threading.Thread(target=self._heartbeat, name="pgjobs-heartbeat", daemon=True),
+            threading.Thread(target=self._watchdog, name="pgjobs-watchdog", daemon=True),
         ]
         if self.listen:
             helpers.append(Listener(self.alias, self._on_notify, self._threads_stop))
@@ -159,11 +224,15 @@ class Worker:
         finally:
             self._threads_stop.set()
             self._done.put(None)
-            helpers[0].join(timeout=10)
+            helpers[0].join(timeout=max(10.0, self.shutdown_timeout))
             self._unregister_worker()
             connections[self.alias].close()
         pool.shutdown(wait=clean, cancel_pending=True)
+        if self._async is not None:
+            self._async.stop()
         logger.info("worker %s stopped: %s", self.id, self.counts)
+        if self.restart_reason:
+            logger.warning("worker %s stopped to be restarted: %s", self.id, self.restart_reason)
         return 0
 
     def _on_notify(self, payload: str) -> None:
@@ -176,7 +245,8 @@ class Worker:
         while not self._stop.is_set():
             self._wakeup.clear()
             want = self._claimable()
-            if want <= 0 and self.max_jobs is not None and not self.inflight:
+            if want <= 0 and self.max_jobs is not None and not self.inflight \
+                    and self.claimed_count >= self.max_jobs:
                 break
             if 0 < want < self.min_claim and self.inflight:
                 want = self._gather_slots(want)
@@ -185,25 +255,81 @@ class Worker:
                 try:
                     claimed = sql.claim(connection, worker=self.id, queues=self.queues, n=want)
                     backoff.succeeded()
-                except DB_ERRORS as exc:
+                except CONNECTION_ERRORS as exc:
                     backoff.failed(exc)
                     connection.close()
                     self._stop.wait(backoff.delay())
                     continue
+                except DATA_ERRORS as exc:
+                    # One row's state broke the claim (not the connection): isolate it.
+                    if not self._repair_claim(connection, exc):
+                        backoff.failed(exc)
+                        self._stop.wait(backoff.delay())
+                    continue
+                except Exception as exc:  # noqa: BLE001 - the claim loop must not die
+                    backoff.failed(exc)
+                    if isinstance(exc, DatabaseError):
+                        connection.close()
+                    else:
+                        logger.exception("unexpected error in the claim loop")
+                    self._stop.wait(backoff.delay())
+                    continue
                 got = len(claimed)
                 self.claimed_count += got
-                entries = [InFlight(c, make_context(c, self.id)) for c in claimed]
-                with self._lock:
-                    for entry in entries:
-                        self.inflight[entry.claimed.id] = entry
-                for entry in entries:
-                    pool.submit(entry)
+                if got:
+                    self._dispatch(pool, claimed)
                 if got == want:
                     continue  # there may be more due work: claim again at once
             if self.burst and got == 0 and not self.inflight:
                 break
             # Idle or full: sleep until NOTIFY, a freed slot, or the jittered poll.
             self._wakeup.wait(self.poll_interval * random.uniform(0.8, 1.2))
+
+    def _repair_claim(self, connection: Any, exc: BaseException) -> bool:
+        """A claim failed with a data error: dead-letter the rows that cause it (pending
+        with their attempts used up), each logged with its id. True if any were found."""
+        try:
+            fixed = sql.dead_exhausted(connection, worker=self.id)
+        except DB_ERRORS as repair_exc:
+            logger.error("claim failed with a data error (%s) and the repair failed too: %s",
+                         exc, repair_exc)
+            connection.close()
+            return False
+        for job_id, task in fixed:
+            logger.error("job %s (%s) was pending with its attempts used up, which failed "
+                         "every claim of its queue (%s); dead-lettered", job_id, task, exc,
+                         extra={"job_id": job_id, "task": task, "worker": self.id})
+        if not fixed:
+            logger.error("claim failed with a data error that no known row state explains: "
+                         "%s", exc)
+        return bool(fixed)
+
+    def _dispatch(self, pool: JobRunners[InFlight], claimed: list[sql.Claimed]) -> None:
+        entries: list[InFlight] = []
+        for c in claimed:
+            definition = registry.find(c.task)
+            timeout = definition.effective_timeout(c.timeout) if definition else c.timeout
+            is_async = bool(self._async is not None and definition is not None
+                            and definition.is_async and not definition.atomic)
+            entries.append(InFlight(c, make_context(c, self.id), is_async, timeout))
+        kinds = {e.is_async for e in entries}
+        self._claim_kind = "mixed" if len(kinds) == 2 else "async" if True in kinds else "sync"
+        with self._lock:
+            for entry in entries:
+                self.inflight[entry.claimed.id] = entry
+                if entry.is_async:
+                    self._busy_async += 1
+                else:
+                    self._busy_sync += 1
+        if signals.jobs_claimed.receivers:
+            signals.send(signals.jobs_claimed, jobs=[(c.id, c.task, c.queue) for c in claimed],
+                         worker=self.id)
+        for entry in entries:
+            if entry.is_async:
+                assert self._async is not None
+                self._async.submit(entry.claimed.id, entry)
+            else:
+                pool.submit(entry)
 
     def _gather_slots(self, want: int) -> int:
         """Saturated: wait up to GATHER_WAIT for ``min_claim`` free slots (a profile of
@@ -218,60 +344,233 @@ class Worker:
             want = self._claimable()
         return want
 
+    def _prefetch(self) -> int:
+        """Jobs to hold beyond the free threads, so the next job starts without a
+        claim round trip: enough to cover one claim at the observed job time, at most
+        ``concurrency``; none until a job time has been observed, and about none
+        for slow jobs, so one worker does not hoard work others could start."""
+        job_time = self._job_time
+        if job_time is None:
+            return 0
+        return min(self.concurrency, int(self.concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
+
+    def _async_prefetch(self) -> int:
+        """The same for the event loop: prefetched coroutines wait on its semaphore and
+        start the moment a slot frees."""
+        job_time = self._async_job_time
+        if job_time is None:
+            return 0
+        return min(self.async_concurrency,
+                   int(self.async_concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
+
     def _claimable(self) -> int:
-        """How many jobs the next claim may take: free slots, at most --batch, and
-        no more than --max-jobs leaves."""
-        want = min(self.concurrency - len(self.inflight), self.batch)
+        """How many jobs the next claim may take: free thread slots plus prefetch, free
+        async slots, at most --batch, none while too many outcomes wait to be written,
+        and no more than --max-jobs leaves."""
+        with self._lock:
+            busy_sync, busy_async = self._busy_sync, self._busy_async
+            unwritten = len(self.inflight) - busy_sync - busy_async
+        if unwritten >= self.max_unwritten:
+            return 0
+        sync_part = max(0, self.concurrency + self._prefetch() - busy_sync)
+        if self._async is not None:
+            # A claim cannot choose sync or async jobs: size it for the kind the last
+            # claim brought, plus one to notice the other kind, so neither kind is
+            # hoarded for the other's free slots.
+            async_part = max(0, self.async_concurrency + self._async_prefetch() - busy_async)
+            if self._claim_kind == "async":
+                sync_part = min(1, sync_part) if async_part else 0
+            elif self._claim_kind != "mixed":
+                async_part = min(1, async_part) if sync_part else 0
+            sync_part += async_part
+        want = min(sync_part, self.batch if self._claim_kind != "async"
+                   else max(self.batch, self.async_concurrency))
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.claimed_count)
         return want
 
+    def _leave_slot(self, entry: InFlight) -> None:
+        """Under ``self._lock``: ``entry`` no longer occupies a thread or loop slot."""
+        if entry.is_async:
+            self._busy_async -= 1
+        else:
+            self._busy_sync -= 1
+
     def _drain(self, pool: JobRunners[InFlight]) -> bool:
-        """Wait for in-flight jobs up to SHUTDOWN_TIMEOUT, then release the rest."""
+        """Give prefetched jobs back at once; wait for running jobs and unwritten
+        outcomes up to SHUTDOWN_TIMEOUT; then release what still runs."""
+        connection = connections[self.alias]
+        with self._lock:
+            waiting = [e for e in self.inflight.values() if e.is_async and e.state == "queued"]
+        give_back = self._take_back(pool.take_queued() + waiting)
+        self._release(connection, give_back)
         deadline = time.monotonic() + (self.shutdown_timeout if self._stop.is_set() else 1e9)
         while self.inflight and time.monotonic() < deadline:
             self._wakeup.wait(0.05)
             self._wakeup.clear()
-        if not self.inflight:
-            return True
-        connection = connections[self.alias]
+            with self._lock:
+                if all(e.state not in ("queued", "running") for e in self.inflight.values()):
+                    break  # only outcomes waiting for the completer are left
         with self._lock:
-            leftovers = list(self.inflight.values())
-        for entry in leftovers:
-            try:
-                ok = sql.release(connection, id=entry.claimed.id, lease=entry.claimed.lease)
-            except DB_ERRORS as exc:
-                logger.warning("could not release job %s (the reaper will): %s",
-                               entry.claimed.id, exc)
-                continue
+            leftovers = [e for e in self.inflight.values() if e.state in ("queued", "running")]
+        self._release(connection, self._take_back(leftovers))
+        return not leftovers
+
+    def _take_back(self, entries: list[InFlight]) -> list[InFlight]:
+        """Mark ``entries`` released (those not finished meanwhile); cancel their runs."""
+        taken: list[InFlight] = []
+        with self._lock:
+            for entry in entries:
+                if entry.state in ("queued", "running"):
+                    entry.state = "released"
+                    self._leave_slot(entry)
+                    taken.append(entry)
+        for entry in taken:
             entry.context.cancel()
+            if entry.is_async and self._async is not None:
+                self._async.cancel(entry.claimed.id)
+        return taken
+
+    def _release(self, connection: Any, entries: list[InFlight]) -> None:
+        for entry in entries:
+            claimed = entry.claimed
+            try:
+                ok = sql.release(connection, id=claimed.id, lease=claimed.lease)
+            except DB_ERRORS as exc:
+                logger.warning("could not release job %s (the reaper will): %s", claimed.id, exc)
+                connection.close()
+                ok = None
+            with self._lock:
+                self.inflight.pop(claimed.id, None)
+            if ok is None:
+                continue
             if ok:
                 self.counts["released"] += 1
                 logger.warning("released job %s (%s) unfinished at shutdown; attempt not counted",
-                               entry.claimed.id, entry.claimed.task)
+                               claimed.id, claimed.task)
+                signals.send(signals.job_released, job_id=claimed.id, task=claimed.task,
+                             queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
+                             worker=self.id)
             else:
                 # A zombie's release: fenced like every other write, so say so.
                 self.counts["fenced"] += 1
-                outcomes.report_fenced(entry.claimed, "release", worker=self.id)
-        return False
+                outcomes.report_fenced(claimed, "release", worker=self.id)
 
-    # ------------------------------------------------------------------ job threads
+    # ------------------------------------------------------------------ running jobs
+
+    def _start(self, entry: InFlight) -> bool:
+        with self._lock:
+            if entry.state != "queued":
+                return False  # released at shutdown before it started
+            entry.state = "running"
+            entry.thread = threading.current_thread()
+            entry.started = time.monotonic()
+            if entry.timeout is not None:
+                entry.deadline = entry.started + entry.timeout
+        claimed = entry.claimed
+        if signals.job_started.receivers:
+            signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
+                         attempt=claimed.attempt, lease=claimed.lease, worker=self.id)
+        return True
 
     def _run_job(self, entry: InFlight) -> None:
-        claimed = entry.claimed
         try:
-            if signals.job_started.receivers:
-                signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
-                             attempt=claimed.attempt, lease=claimed.lease, worker=self.id)
-            outcome = execute(claimed, worker=self.id, alias=self.alias, context=entry.context)
+            if not self._start(entry):
+                return
+            outcome = execute(entry.claimed, worker=self.id, alias=self.alias,
+                              context=entry.context)
         except BaseException as exc:  # noqa: BLE001 - execute() should not raise; be safe
-            from .executor import error_entry
-
-            outcome = Outcome("retry", error=error_entry(claimed.attempt, exc, self.id), exception=exc)
+            outcome = executor.last_resort(entry.claimed, exc, self.id)
         finally:
-            # User code may have broken or left open its connection.
-            connections[self.alias].close_if_unusable_or_obsolete()
+            try:
+                # User code may have broken or left open its connection.
+                connections[self.alias].close_if_unusable_or_obsolete()
+            except BaseException:  # noqa: BLE001
+                logger.exception("could not clean up the job thread's connection")
+        self._finished(entry, outcome)
+
+    async def _run_async(self, entry: InFlight) -> None:
+        if not self._start(entry):
+            return
+        try:
+            outcome = await executor.aexecute(entry.claimed, worker=self.id, alias=self.alias,
+                                              context=entry.context)
+        except BaseException as exc:  # noqa: BLE001 - cancelled: timeout or shutdown
+            import asyncio
+
+            if isinstance(exc, asyncio.CancelledError) and entry.state != "running":
+                return  # the watchdog or the shutdown already dealt with it
+            outcome = executor.last_resort(entry.claimed, exc, self.id)
+        self._finished(entry, outcome)
+
+    def _finished(self, entry: InFlight, outcome: Outcome) -> None:
+        """The handler returned: free its slot now; the completer writes the outcome."""
+        elapsed = time.monotonic() - entry.started
+        with self._lock:
+            if entry.state != "running":
+                late = entry.state == "timed_out"
+            else:
+                late = False
+                entry.state = "done"
+                self._leave_slot(entry)
+        if entry.state != "done":
+            if late:
+                logger.warning("job %s (%s): the run abandoned after its timeout returned "
+                               "after %.1fs; its outcome is discarded", entry.claimed.id,
+                               entry.claimed.task, elapsed)
+            return
+        if entry.is_async:
+            previous = self._async_job_time
+            self._async_job_time = elapsed if previous is None else previous * 0.9 + elapsed * 0.1
+        else:
+            previous = self._job_time
+            self._job_time = elapsed if previous is None else previous * 0.9 + elapsed * 0.1
         self._done.put((entry, outcome))
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ timeouts
+
+    def _watchdog(self) -> None:
+        while not self._threads_stop.wait(WATCHDOG_INTERVAL):
+            try:
+                self._expire(time.monotonic())
+            except BaseException:  # noqa: BLE001 - the watchdog must not die
+                logger.exception("timeout watchdog error")
+
+    def _expire(self, now: float) -> None:
+        expired: list[InFlight] = []
+        with self._lock:
+            for entry in self.inflight.values():
+                if entry.state == "running" and entry.deadline is not None \
+                        and entry.deadline <= now:
+                    entry.state = "timed_out"
+                    self._leave_slot(entry)
+                    expired.append(entry)
+        for entry in expired:
+            claimed = entry.claimed
+            entry.context.cancel()
+            if entry.is_async:
+                if self._async is not None:
+                    self._async.cancel(claimed.id)
+            elif entry.thread is not None and self._pool is not None:
+                self._pool.abandon(entry.thread)
+            assert entry.timeout is not None
+            logger.warning("job %s (%s, attempt %s/%s) exceeded its timeout of %gs; giving up "
+                           "on it%s", claimed.id, claimed.task, claimed.attempt,
+                           claimed.max_attempts, entry.timeout,
+                           "" if entry.is_async else " (its thread is abandoned; a new one "
+                           "takes its place)", extra=outcomes.log_extra(claimed, self.id))
+            self._done.put((entry, executor.timed_out(claimed, entry.timeout, self.id)))
+        if expired:
+            self._wakeup.set()
+        if self._pool is not None and self.restart_reason is None:
+            abandoned = self._pool.abandoned_alive
+            if abandoned > self.max_abandoned:
+                self.restart_reason = (
+                    f"{abandoned} threads abandoned by timed-out jobs are still running "
+                    f"(more than {self.max_abandoned}); restarting to get rid of them")
+                logger.error("worker %s: %s", self.id, self.restart_reason)
+                self.request_stop()
 
     # ------------------------------------------------------------------ completer
 
@@ -296,36 +595,117 @@ class Worker:
                         finished = True
                     else:
                         batch.append(more)
-                while batch:
-                    try:
-                        self._write_outcomes(connection, batch)
-                        backoff.succeeded()
-                        batch = []
-                    except DB_ERRORS as exc:
-                        # Keep the batch: a completion is never dropped on a DB blip.
-                        backoff.failed(exc)
-                        connection.close()
-                        time.sleep(backoff.delay())
+                try:
+                    self._write_batch(connection, batch, backoff)
+                except BaseException:  # noqa: BLE001 - the completer never dies
+                    logger.exception("completer: unexpected error; %d outcomes are left to "
+                                     "the reaper", len(batch))
+                    self._forget(batch)
         finally:
             connection.close()
 
-    def _write_outcomes(self, connection: Any, batch: list[tuple[InFlight, Outcome]]) -> None:
-        to_complete = [(e, o) for e, o in batch if o.kind == "completed" and not o.written]
+    def _write_batch(self, connection: Any, batch: list[tuple[InFlight, Outcome]],
+                     backoff: Backoff) -> None:
+        """Write and report every outcome of ``batch`` exactly once. Connection errors:
+        back off and retry the rest (the statements recognise their own committed
+        writes). Any other error: fall back to one row at a time, so the row that
+        causes it fails alone."""
+        todo = list(batch)
+        per_row = False
+        while todo:
+            try:
+                if per_row:
+                    self._write_rows(connection, todo)
+                else:
+                    self._write_outcomes(connection, todo)
+                backoff.succeeded()
+            except CONNECTION_ERRORS as exc:
+                # Keep the rest: a completion is never dropped on a DB blip.
+                backoff.failed(exc)
+                connection.close()
+                time.sleep(backoff.delay())
+            except BaseException as exc:  # noqa: BLE001 - a data error or a bad value
+                if per_row:
+                    raise
+                logger.warning("writing a batch of %d outcomes failed (%s: %s); writing them "
+                               "one by one", len(todo), type(exc).__name__, exc)
+                per_row = True
+        self._wakeup.set()
+
+    def _write_outcomes(self, connection: Any, todo: list[tuple[InFlight, Outcome]]) -> None:
+        """Batched: one statement for all completions; removes what it reported."""
+        to_complete = [(e, o) for e, o in todo if o.kind == "completed" and not o.written]
         ours: set[int] = set()
         if to_complete:
             ours = sql.complete_many(connection, [
-                (e.claimed.id, e.claimed.lease, o.value) for e, o in to_complete])
-        for entry, outcome in batch:
-            claimed = entry.claimed
+                (e.claimed.id, e.claimed.lease, outcomes.stored(o)) for e, o in to_complete])
+        for item in list(todo):
+            entry, outcome = item
             if outcome.kind == "completed" and not outcome.written:
-                ok = claimed.id in ours
+                ok = entry.claimed.id in ours
             else:
-                ok = outcomes.write(connection, claimed, outcome)
-            outcomes.report(claimed, outcome, ours=ok, worker=self.id)
-            self.counts[outcome.kind if ok else "fenced"] += 1
-            with self._lock:
-                self.inflight.pop(claimed.id, None)
-            self.finished_count += 1
+                ok = outcomes.write(connection, entry.claimed, outcome)
+            todo.remove(item)
+            self._reported(entry, outcome, ok)
+
+    def _write_rows(self, connection: Any, todo: list[tuple[InFlight, Outcome]]) -> None:
+        """One row at a time; a row whose write fails with a data error is
+        dead-lettered with that error (or, failing that too, left to the reaper)."""
+        for item in list(todo):
+            entry, outcome = item
+            ok: bool | None
+            try:
+                ok = outcomes.write(connection, entry.claimed, outcome)
+            except CONNECTION_ERRORS:
+                raise
+            except BaseException as exc:  # noqa: BLE001
+                outcome, ok = self._write_failed(connection, entry, outcome, exc)
+            todo.remove(item)
+            if ok is None:
+                self._forget([item])
+            else:
+                self._reported(entry, outcome, ok)
+
+    def _write_failed(self, connection: Any, entry: InFlight, outcome: Outcome,
+                      exc: BaseException) -> tuple[Outcome, bool | None]:
+        claimed = entry.claimed
+        logger.error("job %s (%s): its %s outcome could not be written (%s: %s); "
+                     "dead-lettering it", claimed.id, claimed.task, outcome.kind,
+                     type(exc).__name__, exc, extra=outcomes.log_extra(claimed, self.id))
+        failure = RuntimeError(
+            f"the {outcome.kind} outcome of job {claimed.id} could not be written: "
+            f"{type(exc).__name__}: {exc}")
+        dead = Outcome("dead", error=executor.error_entry(claimed.attempt, failure, self.id),
+                       exception=failure)
+        for error in (dead.error, {"attempt": claimed.attempt, "type": "builtins.RuntimeError",
+                                   "message": "the outcome could not be written",
+                                   "worker": self.id}):
+            try:
+                assert error is not None
+                return dead, sql.dead(connection, id=claimed.id, lease=claimed.lease,
+                                      error=error)
+            except CONNECTION_ERRORS:
+                raise
+            except BaseException as again:  # noqa: BLE001
+                logger.error("job %s: dead-lettering failed too: %s", claimed.id, again)
+        return dead, None
+
+    def _reported(self, entry: InFlight, outcome: Outcome, ok: bool) -> None:
+        claimed = entry.claimed
+        outcomes.report(claimed, outcome, ours=ok, worker=self.id)
+        if outcome.extra.get("timed_out") and ok:
+            self.counts["timed_out"] += 1
+        self.counts[outcome.kind if ok else "fenced"] += 1
+        with self._lock:
+            self.inflight.pop(claimed.id, None)
+        self.finished_count += 1
+
+    def _forget(self, batch: list[tuple[InFlight, Outcome]]) -> None:
+        """Stop tracking (and heartbeating) jobs whose outcome cannot be written: the
+        reaper reclaims them after STALE_AFTER."""
+        with self._lock:
+            for entry, _ in batch:
+                self.inflight.pop(entry.claimed.id, None)
         self._wakeup.set()
 
     # ------------------------------------------------------------------ heartbeat
@@ -342,7 +722,7 @@ class Worker:
                     with connection.cursor() as cursor:
                         cursor.execute(sql.WORKER_UPSERT, self._worker_row())
                     backoff.succeeded()
-                except DB_ERRORS as exc:
+                except BaseException as exc:  # noqa: BLE001 - the heartbeat must not die
                     backoff.failed(exc)
                     connection.close()
                     continue
@@ -359,8 +739,6 @@ class Worker:
     # ------------------------------------------------------------------ Worker row
 
     def _worker_row(self) -> dict[str, Any]:
-        import json
-
         return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
                 "queues": json.dumps(self.queues or ["*"]), "concurrency": self.concurrency}
 

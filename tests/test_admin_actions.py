@@ -186,6 +186,9 @@ def test_reap_stuck_now(admin_client: Client) -> None:
     with_attempts_left = running("reports")
     add.using(queue="last", max_attempts=1).enqueue(1, 1)
     [last_try] = sql.claim(connection, worker="admin-test-worker", queues=["last"], n=1)
+    # Its worker was lost once before, with the attempt given back: no more of that.
+    Job.objects.filter(id=last_try.id).update(
+        errors=[{"type": "django_pgjobs.exceptions.WorkerLost", "refunded": True}])
     wait_stuck(with_attempts_left, Job.objects.get(id=last_try.id))
     fresh = running("emails")
     keep_fresh(fresh)

@@ -149,7 +149,7 @@ def keys() -> list[str]:
 @pytest.mark.django_db(transaction=True)
 def test_first_tick_enqueues_only_the_most_recent_missed_fire_time() -> None:
     ticker = CronTicker(schedules=[hourly()], catchup_window=3600)
-    assert ticker.run_once(now=T0) == {"due": 1, "inserted": 1, "existing": 0}
+    assert ticker.run_once(now=T0) == {"due": 1, "inserted": 1, "existing": 0, "failed": 0}
     job = Job.objects.get()
     assert job.idempotency_key == "cron:h:2024-05-01T10:00:00Z"
     assert job.run_at == T0.replace(minute=0) and job.args == [1, 2] and job.task == ADD

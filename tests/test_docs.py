@@ -88,11 +88,12 @@ def test_reference_covers_public_modules() -> None:
         names |= _defined_names(f"django_pgjobs.{module}")
     # JobContext's fields and methods, and the manager's querysets.
     from django_pgjobs.context import JobContext
-    from django_pgjobs.managers import JobManager
+    from django_pgjobs.managers import JobManager, JobQuerySet
 
     names |= {n for n in vars(JobContext) if not n.startswith("_")}
     names |= {n for n in JobContext.__dataclass_fields__ if not n.startswith("_")}
     names |= {n for n in vars(JobManager) if not n.startswith("_")}
+    names |= {n for n in vars(JobQuerySet) if not n.startswith("_")}
     names |= {"JobFunction", "JobDefinition", "enqueue_many", "using"}  # what @job returns
     assert not _missing(names), f"public names missing from docs/reference: {_missing(names)}"
 
@@ -270,7 +271,7 @@ def test_tutorial_parses() -> None:
     steps = tutorial_steps()
     commands = [s.line for s in steps if isinstance(s, Command)]
     assert any("runjobs --burst" in c for c in commands)
-    assert any("retry_now" in c for c in commands)
+    assert any("retry_jobs --ids" in c for c in commands)  # the public API, not sql.*
     assert any(isinstance(s, FileEdit) and s.path == "shop/jobs.py" for s in steps)
     assert matches(["a", "...", "c"], ["a", "b", "b2", "c"])
     assert not matches(["a", "c"], ["a", "b", "c"])
@@ -400,6 +401,17 @@ def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
                 f"{step.where}: `{step.line}` printed\n" + "\n".join(output)
                 + "\n\nbut the tutorial shows\n" + "\n".join(step.expected)
             )
+        # The how-tos' blocks marked `doc-test: tutorial-project PATH` (test-your-jobs.md)
+        # are tests for this project: write them and run them with Django's runner.
+        from tests.test_docs_blocks import tutorial_project_files
+
+        files = tutorial_project_files()
+        assert "shop/tests.py" in files
+        for path, text in files.items():
+            (project / path).write_text(text)
+        output = tutorial.run(Command("python manage.py test shop -v 2", where="how-tos"))
+        assert output is not None and "OK" in output, output
+        ran.append("manage.py test shop")
     finally:
         tutorial.close()
         other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -24,11 +24,17 @@ from tests.conftest import ROOT, dsn, wait_until
 from tests.rows import make_job, snapshot
 from tests.testapp import jobs
 
+#: An error entry of a reclaim whose attempt the reaper gave back.
+LOST = {"attempt": 1, "type": "django_pgjobs.exceptions.WorkerLost", "message": "worker lost",
+        "traceback": None, "worker": "w", "refunded": True}
+
 
 @pytest.mark.django_db
 def test_run_once_reclaims_stale_jobs_and_leaves_fresh_ones() -> None:
     stale = make_job("running", heartbeat_age=30, attempts=1, max_attempts=3, queue="s1")
-    last_try = make_job("running", heartbeat_age=30, attempts=3, max_attempts=3, queue="s2")
+    # Its workers were lost three times already, each time with the attempt given back.
+    last_try = make_job("running", heartbeat_age=30, attempts=1, max_attempts=3, queue="s2")
+    Job.objects.filter(id=last_try.id).update(errors=[LOST] * 3)
     fresh = make_job("running", heartbeat_age=0.5, queue="s3")
     fresh_before = snapshot(fresh.id)
     reaped: list[Any] = []
@@ -44,12 +50,15 @@ def test_run_once_reclaims_stale_jobs_and_leaves_fresh_ones() -> None:
     assert counts == {"reaped": 2, "pending": 1, "dead": 1}
     stale.refresh_from_db()
     last_try.refresh_from_db()
-    assert (stale.status, stale.lease, stale.attempts) == ("pending", 2, 1)
-    assert (last_try.status, last_try.lease) == ("dead", 2)
-    for job in (stale, last_try):
-        [entry] = job.errors
+    # A lost worker costs no attempt (issue #12: a crashing neighbour must not cost
+    # every job of its process an attempt) until it happened max_attempts times.
+    assert (stale.status, stale.lease, stale.attempts) == ("pending", 2, 0)
+    assert (last_try.status, last_try.lease, last_try.attempts) == ("dead", 2, 1)
+    for job, refunded in ((stale, True), (last_try, False)):
+        entry = job.errors[-1]
         assert entry["type"] == "django_pgjobs.exceptions.WorkerLost"
-        assert entry["worker"] == "test-worker" and entry["attempt"] == job.attempts
+        assert entry["worker"] == "test-worker" and entry["attempt"] == 1
+        assert entry["refunded"] is refunded
         assert job.last_error.startswith("worker lost: no heartbeat for more than 10s")
     assert snapshot(fresh.id) == fresh_before
     assert len(reaped) == 1 and reaped[0]["worker"] == "reaper-test"
@@ -84,6 +93,7 @@ def _reaper_thread(seen: list[int], errors: list[BaseException], start: threadin
             start.wait()
             while rows := conn.execute(sql.JOB_REAP_STALE, {
                 "stale_after": 10, "batch": 7, "message": "worker lost", "type": "WorkerLost",
+                "keep": 20,
             }).fetchall():
                 seen.extend(r[0] for r in rows)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
@@ -109,7 +119,7 @@ def test_many_reapers_never_double_reclaim_or_deadlock() -> None:
     assert [i for i, n in Counter(seen).items() if n > 1] == []
     assert len(seen) == 600
     rows = Job.objects.values_list("status", "lease", "attempts")
-    assert set(rows) == {("pending", 2, 1)}
+    assert set(rows) == {("pending", 2, 0)}
     assert {len(e) for e in Job.objects.values_list("errors", flat=True)} == {1}
 
 

@@ -9,8 +9,13 @@ path above, so run this adapter through ``bench/run``.)
 Settings: peers/dj_pgjobs/settings.py (PostgreSQL, psycopg 3, CONN_MAX_AGE=None,
 logging at WARNING). Job: peers/dj_pgjobs/jobs.py (``@job def noop(ts=None)``).
 Enqueue: ``noop.enqueue_many([()] * n)`` (COPY in batches, one transaction);
-single: ``noop.enqueue(ts)`` in autocommit. Worker: 2 processes of
-``python -m django runjobs --concurrency C --batch B`` (threads run jobs).
+single: ``noop.enqueue(ts)`` in autocommit. Worker: 2 processes of plain
+``python -m django runjobs`` — no flags, Django's default (client-side) binding —
+unless the knobs below ask for tuning (``BENCH_PGJOBS_CONCURRENCY``,
+``BENCH_PGJOBS_BATCH``, ``BENCH_PGJOBS_QUEUES``, ``BENCH_PGJOBS_PREPARE=1`` for
+Django's ``server_side_binding`` + ``prepare_threshold``, ``BENCH_PGJOBS_EXTRA``).
+io mode: ``@job def io_sync()`` / ``@job async def io_async()`` run by plain
+``runjobs`` (defaults: 8 threads; 100 async slots on one event loop).
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
 WORKERS = int(os.environ.get("BENCH_PGJOBS_WORKERS", "2"))
-CONCURRENCY = int(os.environ.get("BENCH_PGJOBS_CONCURRENCY", "200"))
-BATCH = int(os.environ.get("BENCH_PGJOBS_BATCH", "100"))
+CONCURRENCY = os.environ.get("BENCH_PGJOBS_CONCURRENCY", "")  # "": runjobs' default
+BATCH = os.environ.get("BENCH_PGJOBS_BATCH", "")
+QUEUES = os.environ.get("BENCH_PGJOBS_QUEUES", "")
 LISTEN = os.environ.get("BENCH_PGJOBS_LISTEN", "1") == "1"
 POLL = float(os.environ.get("BENCH_PGJOBS_POLL", "1.0"))
 EXTRA = os.environ.get("BENCH_PGJOBS_EXTRA", "").split()
@@ -57,15 +63,15 @@ class Adapter(benchlib.Adapter):
         return {
             "worker": "manage.py runjobs (own command)",
             "processes": WORKERS,
-            "concurrency": CONCURRENCY,
-            "batch": BATCH,
+            "concurrency": CONCURRENCY or "default",
+            "batch": BATCH or "default",
+            "queues": QUEUES or "* (default)",
             "listen_notify": LISTEN,
             "poll_interval_s": POLL,
-            "queues": "default",
             "extra_args": EXTRA,
             "conn_max_age": None,
             "database_options": "server_side_binding=True, prepare_threshold=5"
-            if os.environ.get("BENCH_PGJOBS_PREPARE", "1") == "1" else "Django defaults",
+            if os.environ.get("BENCH_PGJOBS_PREPARE", "0") == "1" else "Django defaults",
             "task": "sync def no-op (@job)",
             "driver": f"psycopg {_pkg_version('psycopg')}",
         }
@@ -90,14 +96,47 @@ class Adapter(benchlib.Adapter):
         return {"BENCH_PGJOBS_LISTEN": "1" if LISTEN else "0", "BENCH_PGJOBS_POLL": str(POLL)}
 
     def worker_commands(self) -> list[list[str]]:
-        # --queues default: the benchmark's jobs all go to the default queue, and naming
-        # it lets the worker use the single-queue claim (no scan for other queues).
         argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
-                "--queues=default", f"--concurrency={CONCURRENCY}", f"--batch={BATCH}",
-                "--verbosity=0", *EXTRA]
+                "--verbosity=0"]
+        if QUEUES:
+            argv.append(f"--queues={QUEUES}")
+        if CONCURRENCY:
+            argv.append(f"--concurrency={CONCURRENCY}")
+        if BATCH:
+            argv.append(f"--batch={BATCH}")
+        argv += EXTRA
         if not LISTEN:
             argv.append("--no-listen")
         return [list(argv) for _ in range(WORKERS)]
+
+    def io_plan(self, kind: str) -> benchlib.IoPlan:
+        from django_pgjobs.worker import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_CONCURRENCY
+
+        argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
+                "--verbosity=0"]
+        per_process = DEFAULT_CONCURRENCY if kind == "sync" else DEFAULT_ASYNC_CONCURRENCY
+        basis = ("runjobs --concurrency default (threads)" if kind == "sync"
+                 else "runjobs --async-concurrency default (one event loop)")
+        # Only for choosing the defaults (bench/sweep.sh), never in the side-by-side run:
+        if CONCURRENCY:
+            flag = "--concurrency" if kind == "sync" else "--async-concurrency"
+            argv.append(f"{flag}={CONCURRENCY}")
+            per_process, basis = int(CONCURRENCY), f"{flag} {CONCURRENCY} (sweep)"
+        if BATCH:
+            argv.append(f"--batch={BATCH}")
+        return benchlib.IoPlan(
+            worker_commands=[list(argv) for _ in range(WORKERS)],
+            per_process_concurrency=per_process,
+            concurrency_basis=basis,
+            settings={"worker": "plain manage.py runjobs (no flags)",
+                      "task": f"@job {'def' if kind == 'sync' else 'async def'} io_{kind}",
+                      "database_options": "Django defaults"},
+        )
+
+    def enqueue_io(self, n: int, kind: str) -> None:
+        from dj_pgjobs.jobs import io_async, io_sync
+
+        (io_sync if kind == "sync" else io_async).enqueue_many([()] * n)
 
     def count_done(self, cur) -> int:
         cur.execute("SELECT count(*) FROM django_pgjobs_job WHERE status = 'completed'")

@@ -129,3 +129,14 @@ if django.VERSION >= (6, 1):
     @task(max_attempts=5, discard_on=KeyError)
     def discards_key_error() -> None:
         raise KeyError("gone")
+
+
+@task(takes_context=True)
+def loses_its_lease(context: TaskContext) -> str:
+    """Moves its own row's lease on (as a reaper or cancel would): its completion is fenced."""
+    from django.db.models import F
+
+    from django_pgjobs.models import Job
+
+    Job.objects.filter(pk=int(context.task_result.id)).update(lease=F("lease") + 1)
+    return "done"

@@ -190,9 +190,10 @@ def fault_step(context: JobContext, dir: str = "", hold: float = 0.0, spin: bool
     ``stop_at="claimed"`` SIGSTOPs the whole worker before the handler does
     anything; ``stop_at="end"`` after the handler's effects, before it returns
     (so before its completion is flushed). ``mode`` picks the outcome ("ok",
-    "raise" or "discard"). Stops and failures happen on the first attempt only.
+    "raise" or "discard"). Stops and failures happen on the first claim only (lease 1:
+    a lost worker's attempt is given back, so ``attempt`` repeats after a reclaim).
     """
-    first = context.attempt == 1
+    first = context.lease == 1
     if stop_at == "claimed" and first:
         os.kill(os.getpid(), _signal.SIGSTOP)
     _fault_effect(context, "start")
@@ -217,7 +218,7 @@ def fault_atomic(context: JobContext, dir: str = "", stop_at: str = "",
     _fault_effect(context, "end")
     if wait_go:
         _fault_wait_go(dir, context)
-    if stop_at == "end" and context.attempt == 1:
+    if stop_at == "end" and context.lease == 1:  # the first claim (see fault_step)
         os.kill(os.getpid(), _signal.SIGSTOP)
     return context.lease
 
@@ -284,3 +285,19 @@ if os.environ.get("PGJOBS_FAULT_RAISING_RECEIVERS"):
 @job
 def fault_anything(*args: Any, **kwargs: Any) -> None:
     """Accepts any arguments: the bad-input property test enqueues generated values."""
+
+
+@job(max_attempts=1, priority=-10)
+def kills_its_process(seconds: float) -> None:
+    """Takes the whole worker process down (as a segfault or an OOM kill would)."""
+    time.sleep(seconds)
+    os._exit(3)
+
+
+@job(max_attempts=2)
+def echo_value(*args: Any, **kwargs: Any) -> Any:
+    """Returns what it was given (the size-bound and property tests send odd values)."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)

@@ -11,8 +11,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_pgjobs import readiness, worker_hints
+from django_pgjobs.conf import get_settings
+from django_pgjobs.health import HealthFile
 from django_pgjobs.validation import check_queue
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_CONCURRENCY, Worker
+
+logger = logging.getLogger("django_pgjobs")
 
 
 def positive_int(value: str) -> int:
@@ -56,8 +61,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=None,
                             help="comma-separated queues to work on (default: every queue, *)")
-        parser.add_argument("--concurrency", type=positive_int, default=8,
-                            help="jobs run at once, one thread each (default 8)")
+        parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
+                            help="sync jobs run at once, one thread each "
+                                 f"(default {DEFAULT_CONCURRENCY})")
+        parser.add_argument("--async-concurrency", type=positive_int,
+                            default=DEFAULT_ASYNC_CONCURRENCY,
+                            help="async def jobs run at once on the worker's event loop "
+                                 f"(default {DEFAULT_ASYNC_CONCURRENCY})")
         parser.add_argument("--batch", type=positive_int, default=None,
                             help="most jobs claimed per round trip (default PGJOBS BATCH_SIZE)")
         parser.add_argument("--burst", action="store_true",
@@ -71,25 +81,61 @@ class Command(BaseCommand):
         parser.add_argument("--no-maintenance", action="store_true",
                             help="do not run the reaper, pruner and cron ticker in this process")
         parser.add_argument("--worker-id", default=None, help="id recorded on claimed jobs")
+        parser.add_argument("--health-file", default=None, metavar="PATH",
+                            help="touch PATH while this worker heartbeats (for a liveness "
+                                 "probe: python -m django_pgjobs.health PATH)")
+
+    def worker_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Keyword arguments for ``Worker`` from the parsed options (extend here)."""
+        return {
+            "queues": options["queues"],
+            "concurrency": options["concurrency"],
+            "async_concurrency": options["async_concurrency"],
+            "batch": options["batch"],
+            "burst": options["burst"],
+            "max_jobs": options["max_jobs"],
+            "poll_interval": options["poll_interval"],
+            "listen": False if options["no_listen"] else None,
+            "maintenance": not options["no_maintenance"],
+            "worker_id": options["worker_id"],
+        }
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity = options["verbosity"]
-        if verbosity >= 2:
-            logging.getLogger("django_pgjobs").setLevel(logging.DEBUG)
-        worker = Worker(
-            queues=options["queues"],
-            concurrency=options["concurrency"],
-            batch=options["batch"],
-            burst=options["burst"],
-            max_jobs=options["max_jobs"],
-            poll_interval=options["poll_interval"],
-            listen=False if options["no_listen"] else None,
-            maintenance=not options["no_maintenance"],
-            worker_id=options["worker_id"],
-        )
-        code = worker.run()
-        if verbosity >= 1:
-            self.stdout.write(f"worker {worker.id} done: {worker.counts}")
+        own_console = console_logging(verbosity)
+        alias = get_settings().DATABASE
+        problem = readiness.check(alias)
+        if problem is not None and (problem.fatal or options["burst"]):
+            if not own_console:  # the project's logging (files, aggregators) hears it too
+                logger.error("runjobs cannot start: %s", problem.message)
+            self.stderr.write(f"runjobs: {problem.message}")
+            sys.exit(2)
+        if options["queues"]:
+            for warning in worker_hints.unknown_queue_warnings(options["queues"], alias):
+                logger.warning(warning)
+        worker = Worker(**self.worker_options(options))
+        health = None
+        if options["health_file"]:
+            health = HealthFile(options["health_file"], worker_id=worker.id, alias=alias)
+            health.start()
+        try:
+            code = worker.run()
+        finally:
+            if health is not None:
+                health.stop()
+        if options["burst"] and worker.claimed_count == 0:
+            warn, why = worker_hints.idle_burst_explanation(worker.queues, alias)
+            logger.log(logging.WARNING if warn else logging.INFO, "worker %s did nothing: %s",
+                       worker.id, why)
+        if verbosity >= 1 and not summary_was_logged():
+            self.stdout.write(f"worker {worker.id} stopped: {worker.counts}")
+        if worker.restart_reason:
+            # Threads abandoned by timed-out jobs cannot be killed: start afresh in
+            # this same process (same pid for the process manager), as a new worker.
+            self.stderr.write(f"restarting: {worker.restart_reason}")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execv(sys.executable, sys.orig_argv)
         # Job threads still running after a timed-out shutdown were released; do not
         # let the interpreter wait for them (thread pools join at exit).
         if any(t.name.startswith("pgjobs-job") and t.is_alive() for t in threading.enumerate()):
@@ -98,3 +144,25 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             sys.exit(code)
+
+
+def console_logging(verbosity: int) -> bool:
+    """Log to stderr when the project has not configured the ``django_pgjobs`` logger
+    (or the root logger): ``-v 0`` warnings, ``-v 1`` info (the default), ``-v 2`` debug.
+    True when it did."""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(level)
+        return True
+    if verbosity >= 2:
+        logger.setLevel(logging.DEBUG)
+    return False
+
+
+def summary_was_logged() -> bool:
+    """The worker logs its summary (``worker … stopped: {…}``) at INFO; print it on
+    stdout only when that line went nowhere, so a run ends with exactly one."""
+    return logger.isEnabledFor(logging.INFO) and logger.hasHandlers()

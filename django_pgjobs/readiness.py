@@ -1,0 +1,120 @@
+"""Is the database ready for django-pgjobs? Turn the raw errors of a missing database, a
+missing table or an unapplied migration into one sentence that names the fix.
+
+Used where a user first meets them: ``runjobs`` (which must not loop for ever on a
+missing table), ``jobs_status``, ``retry_jobs``/``cancel_jobs`` and ``enqueue``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, OperationalError, ProgrammingError, connections
+
+from . import sql
+
+MIGRATE = "run `python manage.py migrate`"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why the database is not ready. ``fatal``: retrying without a fix cannot help."""
+
+    message: str
+    fatal: bool
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for candidate in (exc, exc.__cause__, exc.__context__):
+        state = getattr(candidate, "sqlstate", None)
+        if state:
+            return str(state)
+    return None
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """A ``relation "django_pgjobs_…" does not exist`` error (SQLSTATE 42P01)."""
+    return (isinstance(exc, ProgrammingError) and _sqlstate(exc) == "42P01"
+            and "django_pgjobs" in str(exc))
+
+
+def missing_table_message(alias: str) -> str:
+    name = connections[alias].settings_dict.get("NAME") or "?"
+    return (f"the django-pgjobs tables do not exist in database {name!r} (alias {alias!r}): "
+            f"{MIGRATE}")
+
+
+def explain(exc: BaseException, alias: str) -> str | None:
+    """A sentence naming the fix for a missing database or table, else None."""
+    if is_missing_table(exc):
+        return missing_table_message(alias)
+    text = str(exc)
+    if isinstance(exc, OperationalError) and "does not exist" in text and "database" in text:
+        name = connections[alias].settings_dict.get("NAME") or "?"
+        return (f"database {name!r} (alias {alias!r}) does not exist: create it "
+                f"(`createdb {name}`, or point DATABASES/DATABASE_URL at one that exists), "
+                f"then {MIGRATE}")
+    return None
+
+
+def unapplied_migrations(alias: str) -> list[str]:
+    """django_pgjobs migrations in the code that the database has not applied."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[alias])
+    targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "django_pgjobs"]
+    plan = executor.migration_plan(targets)
+    return [f"{m.app_label}.{m.name}" for m, backwards in plan if not backwards]
+
+
+def check(alias: str) -> Problem | None:
+    """Connect, look for the tables and for unapplied django_pgjobs migrations."""
+    connection = connections[alias]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [sql.JOB])
+            (exists,) = cursor.fetchone()
+        if not exists:
+            return Problem(missing_table_message(alias), fatal=True)
+        pending = unapplied_migrations(alias)
+    except DatabaseError as exc:
+        explained = explain(exc, alias)
+        connection.close()
+        if explained:
+            return Problem(explained, fatal=True)
+        return Problem(f"cannot reach database {alias!r}: {exc}".strip(), fatal=False)
+    if pending:
+        return Problem(
+            f"database {connection.settings_dict.get('NAME')!r} lacks django-pgjobs "
+            f"migration(s) {', '.join(pending)} that this code needs: {MIGRATE}", fatal=True)
+    return None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def names_the_fix(what: str) -> Callable[[F], F]:
+    """Decorate a function taking ``using=``: a missing-table error becomes a
+    ``ProgrammingError`` whose message says to run migrate (the original is chained)."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except ProgrammingError as exc:
+                if not is_missing_table(exc):
+                    raise
+                from .conf import get_settings
+
+                alias = kwargs.get("using") or get_settings().DATABASE
+                name = getattr(args[0], "name", "") if args else ""
+                raise ProgrammingError(f"cannot {what} {name}".rstrip() + ": "
+                                       + missing_table_message(alias)) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,66 @@
+"""A job that kills its worker process must not cost its neighbours an attempt
+(issue #12 item 10), while a real crasher still ends in the dead letters.
+
+Real ``runjobs`` subprocesses; timings from tests/settings.py (stale after 2 s)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_pgjobs.models import Job
+from tests.conftest import WorkerProcess, wait_until
+from tests.testapp import jobs
+
+pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
+
+
+def query(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def runs() -> Iterator[str]:
+    query("CREATE TABLE fair_runs (job_id bigint, lease bigint, pid int)")
+    yield "fair_runs"
+    query("DROP TABLE IF EXISTS fair_runs")
+
+
+def test_a_process_killing_job_costs_its_neighbours_nothing(
+        start_worker: Callable[..., WorkerProcess], runs: str) -> None:
+    # One attempt each: under the old rule the first crash dead-lettered all four.
+    innocents = [jobs.record_run.using(queue="fair", max_attempts=1).enqueue(runs, 1.5)
+                 for _ in range(3)]
+    crasher = jobs.kills_its_process.using(queue="fair").enqueue(0.3)
+
+    first = start_worker("--queues", "fair", "--concurrency", "4")
+    assert first.wait(timeout=60) == 3, first.output()  # os._exit(3) took the process down
+    rows = {j.id: j for j in Job.objects.filter(queue="fair")}
+    assert all(r.status == "running" and r.attempts == 1 for r in rows.values())
+
+    # One job at a time from here, innocents first (the crasher has priority -10).
+    second = start_worker("--queues", "fair", "--concurrency", "1")
+    wait_until(lambda: all(Job.objects.get(id=j.id).status == "completed" for j in innocents),
+               timeout=60, message="the innocent jobs to complete")
+    assert second.wait(timeout=60) == 3, second.output()  # the crasher struck again
+    for job in innocents:
+        row = Job.objects.get(id=job.id)
+        assert (row.status, row.attempts) == ("completed", 1)
+        [lost] = row.errors
+        assert lost["type"] == "django_pgjobs.exceptions.WorkerLost" and lost["refunded"] is True
+    assert sorted(r[0] for r in query(f"SELECT job_id FROM {runs}")) == sorted(
+        j.id for j in innocents)  # each ran to the end exactly once
+
+    # Its attempt was given back once (max_attempts = 1): the next loss dead-letters it.
+    third = start_worker("--queues", "fair", "--concurrency", "1")
+    wait_until(lambda: Job.objects.get(id=crasher.id).status == "dead", timeout=60,
+               message="the crasher to be dead-lettered")
+    row = Job.objects.get(id=crasher.id)
+    assert [e["refunded"] for e in row.errors] == [True, False]
+    assert "lost too often" in (row.last_error or "")
+    assert third.proc.poll() is None  # nothing else kills the third worker

@@ -1,0 +1,180 @@
+"""The worker's write path after errors (#12 item 2), the hot cursor under
+``execute_wrapper``, prepared statements, timeouts as options, and ``aenqueue``.
+
+In-process, on the real database; faults are injected with Django's own
+``connection.execute_wrapper`` (a statement that commits, then loses its reply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import OperationalError, connection, connections
+
+from django_pgjobs import JobTimeout, signals, sql
+from django_pgjobs.executor import Outcome, error_entry, make_context
+from django_pgjobs.models import Job
+from django_pgjobs.throttle import Backoff
+from django_pgjobs.worker import InFlight, Worker
+from tests.testapp import core_jobs, jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
+    got: dict[str, list[dict[str, Any]]] = {"succeeded": [], "fenced": [], "failed": [],
+                                              "dead": []}
+    receivers: list[Callable[..., None]] = []
+    for name in got:
+        def receiver(name: str = name, **kwargs: Any) -> None:
+            got[name].append(kwargs)
+        receivers.append(receiver)
+        getattr(signals, f"job_{name}").connect(receiver, weak=False)
+    yield got
+    for name, receiver in zip(got, receivers, strict=True):
+        getattr(signals, f"job_{name}").disconnect(receiver)
+
+
+def lose_first_reply(*statements: str) -> Callable[..., Any]:
+    """An execute wrapper: the first run of each statement commits on the server,
+    then the client gets a connection error instead of the reply."""
+    seen: set[str] = set()
+
+    def wrapper(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
+                context: Any) -> Any:
+        result = execute(sql_text, params, many, context)
+        for statement in statements:
+            if sql_text == statement and statement not in seen:
+                seen.add(statement)
+                raise OperationalError("server closed the connection before replying")
+        return result
+
+    return wrapper
+
+
+def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once(
+        received: dict[str, list[dict[str, Any]]]) -> None:
+    ids = [jobs.add.enqueue(i, i).id for i in range(3)]
+    failing = jobs.always_fails.enqueue().id
+    claimed = sql.claim(connection, worker="w", queues=None, n=10)
+    assert {c.id for c in claimed} == {*ids, failing}
+    worker = Worker(install_signal_handlers=False, maintenance=False)
+    batch = []
+    for c in claimed:
+        entry = InFlight(c, make_context(c, "w"), state="done")
+        worker.inflight[c.id] = entry
+        if c.id == failing:
+            outcome = Outcome("retry", error=error_entry(c.attempt, ValueError("boom"), "w"),
+                              delay=0.0, exception=ValueError("boom"))
+        else:
+            outcome = Outcome("completed", value=c.args[0] * 2)
+        batch.append((entry, outcome))
+    with connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY, sql.JOB_RETRY)):
+        worker._write_batch(connection, batch, Backoff("test"))
+    assert received["fenced"] == []
+    assert sorted(r["job_id"] for r in received["succeeded"]) == sorted(ids)
+    assert [r["job_id"] for r in received["failed"]] == [failing]
+    assert worker.counts["completed"] == 3 and worker.counts["retry"] == 1
+    assert not worker.inflight
+    assert set(Job.objects.filter(id__in=ids).values_list("status", flat=True)) == {"completed"}
+    assert Job.objects.get(id=failing).status == "pending"
+
+
+def test_outcome_writes_recognise_their_own_committed_write() -> None:
+    a, b = jobs.noop.enqueue().id, jobs.noop.enqueue().id
+    first, second = sorted(sql.claim(connection, worker="w", queues=None, n=2),
+                           key=lambda c: c.id)
+    items = [(first.id, first.lease, None)]
+    assert sql.complete_many(connection, items) == {a}
+    assert sql.complete_many(connection, items) == {a}  # again: still ours, not fenced
+    error = error_entry(second.attempt, ValueError("x"), "w")
+    assert sql.dead(connection, id=b, lease=second.lease, error=error)
+    assert sql.dead(connection, id=b, lease=second.lease, error=error)
+    assert len(Job.objects.get(id=b).errors) == 1
+    # Another lease is still fenced.
+    assert sql.complete_many(connection, [(a, first.lease + 1, None)]) == set()
+
+
+def test_retry_never_leaves_a_row_pending_with_its_attempts_used_up() -> None:
+    job = jobs.noop.using(max_attempts=1).enqueue()
+    [c] = sql.claim(connection, worker="w", queues=None, n=1)
+    assert sql.retry(connection, id=job.id, lease=c.lease, delay=0,
+                     error=error_entry(1, ValueError("x"), "w"))
+    job.refresh_from_db()
+    assert job.status == "dead" and job.attempts == 1
+
+
+def test_hot_cursor_honours_execute_wrappers() -> None:
+    jobs.noop.enqueue()
+    seen: list[str] = []
+
+    def spy(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
+            context: Any) -> Any:
+        seen.append(sql_text)
+        return execute(sql_text, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        claimed = sql.claim(connection, worker="w", queues=None, n=1)
+        sql.complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
+        jobs.noop.enqueue()
+    assert sql.JOB_CLAIM_ALL in seen and sql.JOB_COMPLETE_MANY in seen and sql.JOB_INSERT in seen
+
+
+def _prepared_names() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return {row[0] for row in cursor.fetchall()}
+
+
+@pytest.mark.parametrize("setting, expect", [("auto", True), (True, True), (False, False)])
+def test_hot_statements_are_prepared_unless_told_not_to(settings: Any, setting: Any,
+                                                        expect: bool) -> None:
+    settings.PGJOBS = {**settings.PGJOBS, "PREPARE": setting}
+    connection.close()  # a fresh connection decides afresh
+    jobs.noop.enqueue()
+    sql.claim(connection, worker="w", queues=None, n=1)
+    prepared = _prepared_names()
+    assert any("pg_notify" in s and "INSERT INTO" in s for s in prepared) is expect
+    assert any("SKIP LOCKED" in s for s in prepared) is expect
+    connection.close()
+
+
+def test_timeout_options_are_validated_and_stored() -> None:
+    job = jobs.noop.using(timeout=timedelta(seconds=2.5)).enqueue()
+    job.refresh_from_db()
+    assert job.timeout == 2.5
+    assert jobs.noop.enqueue().timeout is None
+    with pytest.raises(ValueError, match="timeout"):
+        jobs.noop.using(timeout=0)
+    with pytest.raises(TypeError, match="timeout"):
+        jobs.noop.using(timeout="5s")
+    with pytest.raises(ValueError, match="timeout"):
+        Job.objects.enqueue("tests.testapp.jobs.noop", timeout=-1)
+    assert Job.objects.count() == 2
+    assert core_jobs.sleeps_past_timeout.definition.effective_timeout(None) == 1.0
+    assert core_jobs.sleeps_past_timeout.definition.effective_timeout(3.0) == 3.0
+    assert jobs.noop.definition.effective_timeout(None) is None
+    assert issubclass(JobTimeout, Exception)
+
+
+def test_default_timeout_setting_applies_to_jobs_without_their_own(settings: Any) -> None:
+    settings.PGJOBS = {**settings.PGJOBS, "DEFAULT_TIMEOUT": 7}
+    assert jobs.noop.definition.effective_timeout(None) == 7.0
+    assert core_jobs.sleeps_past_timeout.definition.effective_timeout(None) == 1.0
+
+
+def test_aenqueue_from_async_code() -> None:
+    async def main() -> tuple[Job, Job]:
+        one = await jobs.add.aenqueue(1, 2)
+        two = await Job.objects.aenqueue("tests.testapp.jobs.add", args=[3, 4])
+        await sync_to_async(connections.close_all)()
+        return one, two
+
+    one, two = asyncio.run(main())
+    assert Job.objects.filter(id__in=[one.id, two.id], status="pending").count() == 2
