@@ -51,6 +51,15 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
                 first_error = f"{type(exc).__name__}: {exc}"
         return {"ok": False, "error": first_error}
+    if action == "enqueue_delayed":
+        first_error = None
+        for _ in range(2):
+            try:
+                job = fault_step.using(idempotency_key=arg["key"], delay=0.05).enqueue()
+                return {"ok": True, "id": job.id, "error": first_error}
+            except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
     if action == "enqueue_twice":
         ids = []
         for _ in range(2):

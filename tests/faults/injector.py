@@ -225,19 +225,14 @@ _INJECTOR: Injector | None = None
 
 
 def _patch_wrapper_class() -> None:
-    """Every Django connection object gets the wrapper from birth, on every thread.
-
-    ``sql.hot_cursor`` bypasses execute wrappers unless queries are logged (it checks
-    before the connection is even opened); until it honours them, force Django's
-    ordinary cursor with ``force_debug_cursor``.
-    """
+    """Every Django connection object gets the wrapper from birth, on every thread
+    (``sql.hot_cursor`` takes Django's ordinary cursor when wrappers are installed)."""
     from django.db.backends.postgresql.base import DatabaseWrapper
 
     original = DatabaseWrapper.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        self.force_debug_cursor = True
         self.execute_wrappers.append(_INJECTOR)
 
     DatabaseWrapper.__init__ = __init__  # type: ignore[method-assign]

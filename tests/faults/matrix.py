@@ -76,11 +76,15 @@ ROWS: tuple[Row, ...] = (
     Row("worker: worker row refresh", "sql.WORKER_UPSERT", "worker", skip=1),
     Row("worker: unregister at exit", "sql.WORKER_DELETE", "worker"),
     Row("worker: release at shutdown", "sql.JOB_RELEASE", "shutdown"),
+    Row("worker: give up a timed-out run", "sql.JOB_TIMED_OUT", "timeout"),
+    Row("worker: dead-letter rows with no attempts left", "sql.JOB_DEAD_EXHAUSTED", "exhausted"),
     Row("reaper: reclaim stale", "sql.JOB_REAP_STALE", "worker"),
     Row("reaper: forget stale workers", "sql.WORKER_FORGET_STALE", "worker"),
     Row("pruner: delete a batch", "sql.JOB_PRUNE_BATCH", "worker"),
     Row("cron ticker: enqueue a fire time", "sql.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "sql.JOB_INSERT", "driver", action="enqueue"),
+    Row("enqueue with a delay (retried once)", "sql.JOB_INSERT_DELAYED", "driver",
+        action="enqueue_delayed"),
     Row("enqueue: existing key", "sql.JOB_BY_KEY", "driver", action="enqueue_twice"),
     Row("enqueue_many: notify after COPY", "sql.JOB_NOTIFY", "driver", action="enqueue_many"),
     Row("admin: cancel", "sql.JOB_CANCEL", "driver", action="cancel_selected"),
@@ -318,6 +322,32 @@ def run_worker_cell(s: Scenario) -> dict[str, str]:
     return s.check(not_wedged=fresh)
 
 
+def run_timeout_cell(s: Scenario) -> dict[str, str]:
+    """A run longer than its timeout: the worker gives it up (lease bumped) twice."""
+    job = s.insert(STEP, kwargs={"hold": 1.0}, max_attempts=2, allowed=("dead",))
+    s.db.execute("UPDATE django_pgjobs_job SET timeout = 0.3 WHERE id = %s", [job])
+    return _run_simple_worker_cell(s)
+
+
+def run_exhausted_cell(s: Scenario) -> dict[str, str]:
+    """A pending row whose attempts are used up (an older version, or by hand): the
+    claim fails on the CHECK, and the worker dead-letters the row."""
+    s.insert(STEP, max_attempts=1, allowed=("dead",),
+             extra="'pending', 1, 1, NULL, NULL, NULL, NULL")
+    s.insert(STEP)
+    return _run_simple_worker_cell(s)
+
+
+def _run_simple_worker_cell(s: Scenario) -> dict[str, str]:
+    s.write_plan()
+    worker = s.start_worker()
+    if not s.settle():
+        s.notes.append("workload did not settle")
+    fresh = s.fresh_job_completes()
+    stop(s, worker)
+    return s.check(not_wedged=fresh)
+
+
 def run_shutdown_cell(s: Scenario) -> dict[str, str]:
     job = s.insert(STEP, kwargs={"hold": 3.0})
     s.write_plan()
@@ -350,7 +380,7 @@ def stop(s: Scenario, worker: WorkerProcess) -> None:
 def run_driver_cell(s: Scenario) -> dict[str, str]:
     action = s.row.action
     arg: dict[str, Any] = {}
-    if action == "enqueue":
+    if action in ("enqueue", "enqueue_delayed"):
         arg = {"key": "driver-key"}
     elif action == "enqueue_twice":
         arg = {"key": "driver-key"}
@@ -397,7 +427,8 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
 
 def run_cell(s: Scenario) -> dict[str, str]:
     runner = {"worker": run_worker_cell, "cron": run_worker_cell,
-              "shutdown": run_shutdown_cell, "driver": run_driver_cell}[s.row.kind]
+              "shutdown": run_shutdown_cell, "driver": run_driver_cell,
+              "timeout": run_timeout_cell, "exhausted": run_exhausted_cell}[s.row.kind]
     started = time.monotonic()
     result = runner(s)
     s.notes.append(f"{time.monotonic() - started:.1f}s")
