@@ -17,6 +17,8 @@ A plan (JSON object):
                while it sleeps, before COMMIT (the server rolls it back);
 ``skip``       matching calls to let through first (default 0);
 ``times``      how many calls to fault (default 1; 0 = all);
+``linger``     ambiguous only: seconds between the commit and the error (a slow
+               connection loss: other threads carry on meanwhile);
 ``fired``      file to append one line to per injected fault;
 ``log``        file to append every statement's name to (coverage capture);
 ``texts``      file to append ``[name, text]`` of every statement to;
@@ -160,12 +162,12 @@ class Injector:
         raise OperationalError("pgjobs fault injection: the statement failed before reaching "
                                "the server")
 
-    @staticmethod
-    def _ambiguous(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
+    def _ambiguous(self, execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
                    context: dict[str, Any]) -> Any:
         from django.db import OperationalError
 
         execute(sql_text, params, many, context)  # in autocommit: committed now
+        time.sleep(float(self.plan.get("linger", 0)))
         db = context["connection"]
         db.errors_occurred = True
         try:

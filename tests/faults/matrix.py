@@ -54,6 +54,7 @@ class Row:
     action: str = ""         # driver action
     times: int = 1
     django6: bool = False    # the Tasks backend: Django >= 6.0 only
+    linger: float = 0.0      # ambiguous: seconds between the commit and the error
 
     @property
     def id(self) -> str:
@@ -69,7 +70,9 @@ ROWS: tuple[Row, ...] = (
     Row("worker: complete (atomic job, in its transaction)", "sql.JOB_COMPLETE_MANY", "worker"),
     Row("worker: complete (completer)", "sql.JOB_COMPLETE_MANY", "worker", skip=1),
     Row("worker: stored result of a key", "sql.RESULT_BY_KEY", "worker"),
-    Row("worker: retry", "sql.JOB_RETRY", "worker"),
+    # The reply is lost for 1.5 s: long enough for the retried job to be claimed again
+    # before the completer redoes its write (a longer outage does the same).
+    Row("worker: retry (reply lost for 1.5 s)", "sql.JOB_RETRY", "worker", linger=1.5),
     Row("worker: dead-letter", "sql.JOB_DEAD", "worker"),
     Row("worker: heartbeat", "sql.JOB_HEARTBEAT", "worker"),
     Row("worker: register", "sql.WORKER_UPSERT", "worker"),
@@ -140,7 +143,7 @@ class Scenario:
     def write_plan(self) -> None:
         self.plan_path.write_text(json.dumps({
             "statement": self.row.statement, "mode": self.mode, "skip": self.row.skip,
-            "times": self.row.times, "fired": str(self.fired_path),
+            "times": self.row.times, "linger": self.row.linger, "fired": str(self.fired_path),
             "signals": str(self.signals_path)}))
 
     def clean_plan(self) -> Path:
