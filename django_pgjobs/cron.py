@@ -32,7 +32,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import DataError, IntegrityError, connections, transaction
 
 from . import registry, sql
 from .conf import get_settings, suggest
@@ -323,8 +323,9 @@ class CronTicker:
         """Enqueue every due fire time; ``now`` is injectable for tests.
 
         Each fire time is its own transaction: a schedule whose row cannot be
-        written (a data error) is logged and skipped, and the others still tick. A
-        lost connection fails the whole pass, which the next tick then catches up.
+        written (a data or integrity error) is logged and skipped, and the others
+        still tick. Any other error (a lost connection) fails the whole pass, which
+        the next tick then catches up.
         """
         now = (now or datetime.now(UTC)).astimezone(UTC)
         inserted = existing = failed = 0
@@ -339,11 +340,10 @@ class CronTicker:
                             schedule.task, schedule.queue, schedule.priority,
                             json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
                             schedule.max_attempts or self.default_max_attempts, key,
+                            None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
                         ])
                         row = cursor.fetchone()
-                except (OperationalError, InterfaceError):
-                    raise
-                except DatabaseError as exc:
+                except (DataError, IntegrityError) as exc:  # this row's data, not the connection
                     failed += 1
                     logger.error("cron %s: could not enqueue the job for %s (the other schedules "
                                  "go on): %s", schedule.name, fire.strftime(KEY_TIME_FORMAT), exc,

@@ -161,7 +161,8 @@ def maintenance_entries(conn: psycopg.Connection[Any]) -> list[Entry]:
                "reclaimed by pg_cron (it may have been running on a worker that was only slow)")
     reap = _literal(conn, sql.JOB_REAP_STALE, {
         "stale_after": conf.STALE_AFTER, "batch": MAINTENANCE_BATCH, "message": message,
-        "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}"})
+        "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+        "keep": conf.MAX_ERRORS_KEPT})
     prunes = [
         _literal(conn, sql.JOB_PRUNE_BATCH,
                  {"status": status, "older_than": older_than, "batch": MAINTENANCE_BATCH})

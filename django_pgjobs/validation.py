@@ -85,9 +85,9 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True, _depth: int
         return
     if isinstance(value, int):
         if value.bit_length() > MAX_INT_BITS:
-            raise TypeError(f"{where} is an int of about {int(value.bit_length() * 0.30103)} "
-                            "digits, more than JSON values may carry here (4,000); pass it as "
-                            "a string")
+            raise TypeError(f"{where} cannot be stored as JSON: an int of about "
+                            f"{int(value.bit_length() * 0.30103)} digits, more than Python "
+                            "reads back (about 4,200); pass it as a string")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -98,8 +98,8 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True, _depth: int
                             f"back as an int; pass int(...) or a string")
         return
     if isinstance(value, list | dict) and _depth >= MAX_DEPTH:
-        raise TypeError(f"{where} nests lists/dicts more than {MAX_DEPTH} levels deep, "
-                        "which could not be decoded again")
+        raise TypeError(f"{where} is nested too deeply: lists/dicts more than {MAX_DEPTH} "
+                        "levels deep could not be decoded again")
     if isinstance(value, list):
         for i, item in enumerate(value):
             check_json(item, f"{where}[{i}]", exact_floats=exact_floats, _depth=_depth + 1)

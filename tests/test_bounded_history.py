@@ -89,3 +89,20 @@ def test_a_job_failing_forever_keeps_a_bounded_history(bounded: None) -> None:
     assert row.attempts == 8 and len(row.errors) == KEPT
     assert [e["attempt"] for e in row.errors] == [6, 7, 8]
     assert len(row.last_error or "") <= 10_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pg_cron_reaper_entry_renders_and_runs(bounded: None) -> None:
+    """``sync_cron --pg-cron --maintenance`` installs the reaper's statement as text."""
+    import psycopg
+
+    from django_pgjobs.pgcron import REAP_ENTRY, maintenance_entries
+    from tests.conftest import dsn
+
+    job = _running_with_history(5)
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        [reap] = [e for e in maintenance_entries(conn) if e.jobname == REAP_ENTRY]
+        conn.execute(reap.command)  # STALE_AFTER is 2 s; the heartbeat is 30 s old
+    row = Job.objects.get(id=job.id)
+    assert (row.status, row.attempts) == ("pending", 0)
+    assert [e["attempt"] for e in row.errors] == [4, 5, 1]

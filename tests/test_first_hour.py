@@ -20,6 +20,7 @@ from django.db import connection
 from django_pgjobs.checks import check_settings
 from django_pgjobs.health import main as health_main
 from django_pgjobs.models import Job
+from django_pgjobs.worker import DEFAULT_CONCURRENCY
 from tests.conftest import ROOT, WorkerProcess, wait_until
 
 pytestmark = pytest.mark.process
@@ -59,7 +60,8 @@ def test_runjobs_logs_by_itself_and_ends_with_one_summary_line(transactional_db:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
-    assert any(" starting: queues=* concurrency=8" in line for line in lines), lines
+    assert any(f" starting: queues=* concurrency={DEFAULT_CONCURRENCY}" in line
+               for line in lines), lines
     summaries = [line for line in lines if " stopped: " in line or " done: " in line]
     assert len(summaries) == 1, lines
     assert "'completed': 1" in summaries[0]

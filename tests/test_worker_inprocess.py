@@ -23,7 +23,7 @@ from django_pgjobs import signals, sql
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.retry import backoff
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker import DEFAULT_CONCURRENCY, Worker
 from tests.conftest import wait_until
 from tests.testapp import jobs
 
@@ -242,7 +242,7 @@ def test_heartbeat_refreshes_running_jobs_and_worker_row() -> None:
                    message="a heartbeat")
         wait_until(lambda: WorkerRow.objects.get(id=worker.id).last_seen > row.last_seen,
                    timeout=3, message="the worker row to refresh")
-        assert row.pid > 0 and row.queues == ["*"] and row.concurrency == 8
+        assert row.pid > 0 and row.queues == ["*"] and row.concurrency == DEFAULT_CONCURRENCY
         wait_status(job, "completed")
     assert not WorkerRow.objects.filter(id=worker.id).exists()
 
