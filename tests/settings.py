@@ -115,3 +115,10 @@ if django.VERSION >= (6, 0):
     # django.tasks on our queue (tests/tasks_backend); its tasks.py is autodiscovered.
     INSTALLED_APPS.append("tests.tasks_backend")
     from tests.tasks_backend.config import TASKS  # noqa: F401
+
+if os.environ.get("PGJOBS_FAULT_PLAN"):
+    # Statement-level fault injection (tests/faults/injector.py): test-only, installed
+    # in runjobs subprocesses started by the fault matrix.
+    from tests.faults.injector import install as _install_fault_injector
+
+    _install_fault_injector()
