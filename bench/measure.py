@@ -83,7 +83,7 @@ def side_by_side() -> dict[str, dict[str, float]]:
     args = [sys.executable, "driver.py", "--peers", ",".join(dict.fromkeys(peers)),
             "--reps", str(A.reps), "--n", str(A.n), "--stamp", stamp, "--modes", A.modes]
     if A.smoke:
-        args += ["--n-single", "50", "--lat-n", "20"]
+        args += ["--n-single", "50", "--lat-n", "20", "--io-n", "200"]
     subprocess.run(args, check=True)
     runs = json.load(open(os.path.join(WORK, "out", f"results-{stamp}.json")))
     md = open(os.path.join(WORK, "out", f"results-{stamp}.md")).read().split("\n\n```json")[0]

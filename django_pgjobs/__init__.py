@@ -16,12 +16,15 @@ __all__ = [
     "JobTimeout",
     "__version__",
     "job",
+    "pause_queue",
+    "resume_queue",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import JobContext
     from .decorators import job
     from .exceptions import JobTimeout
+    from .flow import pause_queue, resume_queue
     from .states import JobStatus
 
 
@@ -30,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from .decorators import job
 
         return job
+    if name in ("pause_queue", "resume_queue"):
+        from . import flow
+
+        return getattr(flow, name)
     if name == "JobStatus":
         from .states import JobStatus
 

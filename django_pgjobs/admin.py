@@ -178,6 +178,7 @@ class AttentionFilter(admin.SimpleListFilter):
             ("stuck", "Stuck (running, heartbeat stale)"),
             ("dead", "Dead-lettered"),
             ("due", "Due (pending, run_at passed)"),
+            ("unknown", "Waiting: task unknown to every live worker"),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job] | None:
@@ -191,6 +192,11 @@ class AttentionFilter(admin.SimpleListFilter):
             return queryset.filter(status=JobStatus.DEAD)
         if value == "due":
             return queryset.filter(status=JobStatus.PENDING, run_at__lte=timezone.now())
+        if value == "unknown":  # deploy skew (skew.py): no live worker claims these
+            from .skew import live_tasks
+
+            known = live_tasks(connections[_alias()], stale_after=get_settings().STALE_AFTER)
+            return queryset.filter(status=JobStatus.PENDING).exclude(task__in=sorted(known))
         return queryset
 
 
@@ -291,6 +297,8 @@ class JobAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("id", "task", "queue", "priority", "status_badge",
                            "idempotency_key")}),
+        ("Flow control", {"fields": ("concurrency_key", "concurrency_limit", "unique_key"),
+                          "classes": ("collapse",)}),
         ("Arguments", {"fields": ("args_pretty", "kwargs_pretty")}),
         ("Result", {"fields": ("result_pretty",)}),
         ("Errors", {"fields": ("last_error_full", "error_history")}),
@@ -303,7 +311,7 @@ class JobAdmin(admin.ModelAdmin):
                        "args_pretty", "kwargs_pretty", "result_pretty", "last_error_full",
                        "error_history", "attempts_display", "lease", "worker", "heartbeat_at",
                        "heartbeat_age", "created_at", "run_at", "started_at", "finished_at",
-                       "waited", "ran_for")
+                       "waited", "ran_for", "concurrency_key", "concurrency_limit", "unique_key")
 
     # -- permissions: view, and run actions with "change"; never add/edit/delete by hand
 
@@ -636,7 +644,8 @@ class WorkerAdmin(admin.ModelAdmin):
 
     list_display = ("id", "host", "pid", "queues_display", "concurrency", "started_at",
                     "last_seen", "last_seen_age", "live")
-    readonly_fields = ("id", "host", "pid", "queues", "concurrency", "started_at", "last_seen")
+    readonly_fields = ("id", "host", "pid", "queues", "concurrency", "started_at", "last_seen",
+                       "tasks")
     show_facets = admin.ShowFacets.NEVER
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -660,3 +669,6 @@ class WorkerAdmin(admin.ModelAdmin):
     def live(self, obj: Worker) -> bool:
         age = _age(obj.last_seen)
         return age is not None and age.total_seconds() <= get_settings().STALE_AFTER
+
+
+from . import admin_queues  # noqa: E402,F401  (QueueAdmin: pause/resume, limits)

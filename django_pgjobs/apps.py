@@ -1,4 +1,5 @@
-"""App config: autodiscover every installed app's ``jobs`` module at startup."""
+"""App config: import every installed app's ``jobs`` module and
+``PGJOBS["JOB_MODULES"]`` at startup; sync ``PGJOBS["QUEUES"]`` after ``migrate``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ class PgJobsConfig(AppConfig):
         safetext.install()  # names from rows never split log lines or reach terminals raw
 
         autodiscover_modules("jobs")
+        from .conf import SettingsError, get_settings
+        from .registry import import_job_modules
+
+        try:
+            modules = get_settings().JOB_MODULES
+        except SettingsError:
+            modules = []  # a bad PGJOBS is reported by the system check, not a crash here
+        import_job_modules(modules)
+        from django.db.models.signals import post_migrate
+
+        from .flow import sync_after_migrate
+
+        post_migrate.connect(sync_after_migrate, sender=self)
         from .backend import autodiscover_tasks
 
         autodiscover_tasks()  # django.tasks modules, when TASKS uses PgJobsBackend

@@ -3,6 +3,7 @@
 E001 database is not PostgreSQL      E002 unknown PGJOBS key / bad PGJOBS value
 E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
 E004 invalid recurring schedule (expression, timezone, entry)   E005 unknown task in CRON
+E010 bad PGJOBS["QUEUES"] entry (unknown key, max_running < 1, rate not "N/s"|"N/m"|"N/h")
 W004 CRON_CATCHUP_WINDOW not shorter than a RETENTION (a pruned fire time could run again)
 """
 
@@ -82,3 +83,16 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
             id="django_pgjobs.W004",
         ))
     return messages
+
+
+@checks.register(checks.Tags.compatibility)
+def check_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``PGJOBS["QUEUES"]`` entries: known keys, max_running >= 1, a valid rate."""
+    from .flow import queue_problems
+
+    try:
+        conf = build_settings(raw_settings())
+    except SettingsError:
+        return []  # reported by check_settings
+    return [checks.Error(p, hint="See docs/howto/control-throughput.md", id="django_pgjobs.E010")
+            for p in queue_problems(conf.QUEUES)]

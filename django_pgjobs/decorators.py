@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import registry
 from .conf import suggest
+from .keys import check_concurrency, check_fields_exist, check_unique_while
 from .validation import (
     check_max_attempts,
     check_options,
@@ -32,7 +33,8 @@ R = TypeVar("R")
 
 JOB_OPTIONS = frozenset(
     {"name", "queue", "priority", "max_attempts", "atomic", "takes_context", "cron",
-     "retry_on", "discard_on", "timeout"}
+     "retry_on", "discard_on", "timeout", "concurrency_key", "concurrency_limit",
+     "unique_while"}
 )
 
 
@@ -54,6 +56,10 @@ class JobDefinition:
     #: seconds a run may take; None: no limit; UNSET_TIMEOUT: PGJOBS["DEFAULT_TIMEOUT"]
     timeout: float | None = -1.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Flow control (flow.py, keys.py): computed at enqueue, stored on the row.
+    concurrency_key: str | Callable[..., Any] | None = None
+    concurrency_limit: int = 1
+    unique_while: str | None = None  # "pending" | "active"
 
     def effective_timeout(self, stored: float | None) -> float | None:
         """The limit of one run: the row's own (``.using(timeout=...)``), else the
@@ -111,7 +117,9 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
     if cron is not None and (not isinstance(cron, str) or not cron.strip()):
         raise ValueError(f"@job(cron=...) must be a cron expression string, got {cron!r}")
     max_attempts = options.get("max_attempts")
-    return JobDefinition(
+    concurrency_key, concurrency_limit = check_concurrency(
+        options.get("concurrency_key"), options.get("concurrency_limit"), name)
+    definition = JobDefinition(
         name=name,
         func=func,
         queue=check_queue(options.get("queue", "default")),
@@ -125,7 +133,12 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         is_async=inspect.iscoroutinefunction(func),
         timeout=check_timeout(options["timeout"], "@job(timeout=...)") if "timeout" in options
         else UNSET_TIMEOUT,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
+        unique_while=check_unique_while(options.get("unique_while")),
     )
+    check_fields_exist(definition)
+    return definition
 
 
 class JobFunction(Generic[P, R]):
@@ -148,7 +161,8 @@ class JobFunction(Generic[P, R]):
         return f"<job {self.definition.name}>"
 
     def using(self, **options: Any) -> JobFunction[P, R]:
-        """A copy with per-call overrides: queue, priority, run_at/delay, max_attempts, idempotency_key."""
+        """A copy with per-call overrides: queue, priority, run_at/delay, max_attempts,
+        idempotency_key, unique_key."""
         checked = check_options(options)
         merged = {**self.call_options}
         if "run_at" in checked:

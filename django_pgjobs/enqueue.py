@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import readiness, registry, sql, tracing
+from . import keys, readiness, registry, sql, tracing
 from .conf import get_settings
 from .validation import check_arguments, check_options, check_size
 
@@ -93,7 +93,10 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
         "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
         "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
         "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
-        "timeout": opts["timeout"], "trace_context": trace_context,
+        "timeout": opts["timeout"],
+        "concurrency_key": opts.get("concurrency_key"),
+        "concurrency_limit": opts.get("concurrency_limit"), "unique_key": opts.get("unique_key"),
+        "trace_context": trace_context,
     }
     job = Job.from_db(alias, attnames, [values[name] for name in attnames])
     job._pgjobs_inserted = True  # type: ignore[attr-defined]  # (an existing key's job is not)
@@ -120,6 +123,7 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
         # Stored only when given per call; the worker falls back to the @job option
         # and then to PGJOBS["DEFAULT_TIMEOUT"] (JobDefinition.effective_timeout).
         "timeout": options.get("timeout"),
+        "unique_key": options.get("unique_key"),
     }
 
 
@@ -143,6 +147,9 @@ def enqueue_one(
     args_text, kwargs_text = _json_text(args), _json_text(kwargs)
     check_size(definition.func, definition.name, args, kwargs, len(args_text) + len(kwargs_text),
                takes_context=definition.takes_context)
+    if (definition.concurrency_key is not None or definition.unique_while is not None
+            or opts["unique_key"] is not None):
+        return _enqueue_flow(definition, args, kwargs, opts, alias, args_text, kwargs_text)
     if opts["delay"] is None:
         statement, when = sql.JOB_INSERT, opts["run_at"]
     else:
@@ -170,6 +177,57 @@ def enqueue_one(
                 return _row_to_job(alias, row)
             # The owner vanished between the two statements (pruned); try again.
     raise RuntimeError(f"could not enqueue {definition.name} with idempotency key {key!r}")
+
+
+def _enqueue_flow(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any],
+                  opts: dict[str, Any], alias: str, args_text: str, kwargs_text: str) -> Job:
+    """Enqueue a job with a concurrency key and/or a unique_while key (keys.py).
+
+    ``ON CONFLICT DO NOTHING`` covers both unique indexes: a concurrent enqueue of
+    the same unique key waits for the other transaction and then writes nothing,
+    so two racing enqueues make one row. The caller then gets the job that holds
+    the key (or the idempotency key).
+    """
+    keys.format_check(definition, args, kwargs)
+    ckey = keys.concurrency_key(definition, args, kwargs)
+    opts["concurrency_key"] = ckey
+    opts["concurrency_limit"] = definition.concurrency_limit if ckey is not None else None
+    opts["unique_key"] = keys.unique_key(definition, args, kwargs, opts.get("unique_key"))
+    _, job_by_key, _ = _columns()
+    by_unique = job_by_key.replace("WHERE idempotency_key = %s", sql.JOB_BY_UNIQUE_KEY_WHERE)
+    connection = connections[alias]
+    if opts["delay"] is None:
+        statement, when = sql.JOB_INSERT_FLOW, opts["run_at"]
+    else:
+        statement, when = sql.JOB_INSERT_FLOW_DELAYED, opts["delay"].total_seconds()
+    with tracing.publish(definition.name, opts["queue"]) as publish, \
+            sql.hot_cursor(connection) as cursor:
+        carrier = publish.carrier if publish is not None else None
+        for _ in range(3):
+            cursor.execute(statement, [
+                definition.name, opts["queue"], opts["priority"], args_text, kwargs_text, when,
+                opts["max_attempts"], opts["idempotency_key"], opts["timeout"],
+                ckey, opts["concurrency_limit"], opts["unique_key"],
+                None if carrier is None else json.dumps(carrier),
+            ])
+            row = cursor.fetchone()
+            if row is not None:
+                if publish is not None:
+                    publish.set_message_id(row[0])
+                return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
+            # A key is taken: return the job that holds it, writing nothing.
+            if opts["idempotency_key"] is not None:
+                cursor.execute(job_by_key, [opts["idempotency_key"]])
+                row = cursor.fetchone()
+                if row is not None:
+                    return _row_to_job(alias, row)
+            if opts["unique_key"] is not None:
+                cursor.execute(by_unique, [opts["unique_key"]])
+                row = cursor.fetchone()
+                if row is not None:
+                    return _row_to_job(alias, row)
+            # The holder finished between the two statements: the key is free, try again.
+    raise RuntimeError(f"could not enqueue {definition.name}: its key stayed taken")
 
 
 def enqueue_by_name(
@@ -224,9 +282,15 @@ def enqueue_batch(
         )
     if isinstance(calls, str | bytes | Mapping):
         raise TypeError(f"enqueue_many takes an iterable of argument tuples, got {type(calls).__name__}")
+    if definition.unique_while is not None:
+        raise ValueError(
+            f"enqueue_many cannot enqueue {definition.name}: it is @job(unique_while=...), and "
+            "each enqueue must check its key; enqueue it one by one with .enqueue()"
+        )
     opts = resolve_options(definition, options)
     rows: list[tuple[Any, ...]] = []
     with_run_at = opts["run_at"] is not None or opts["delay"] is not None
+    keyed = definition.concurrency_key is not None
     for index, item in enumerate(calls):
         args, kwargs = _split_call(item, definition.name, index)
         try:
@@ -235,13 +299,20 @@ def enqueue_batch(
             args_text, kwargs_text = _json_text(args), _json_text(kwargs)
             check_size(definition.func, definition.name, args, kwargs,
                        len(args_text) + len(kwargs_text), takes_context=definition.takes_context)
+            row: tuple[Any, ...] = (definition.name, opts["queue"], opts["priority"], args_text,
+                                    kwargs_text, opts["max_attempts"])
+            if keyed:
+                keys.format_check(definition, args, kwargs)
+                ckey = keys.concurrency_key(definition, args, kwargs)
+                row = (*row, ckey, None if ckey is None else definition.concurrency_limit)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"enqueue_many item {index}: {exc}") from None
-        rows.append((definition.name, opts["queue"], opts["priority"], args_text,
-                     kwargs_text, opts["max_attempts"]))
+        rows.append(row)
     if not rows:
         return 0
     columns = "task, queue, priority, args, kwargs, max_attempts"
+    if keyed:
+        columns += ", concurrency_key, concurrency_limit"
     if opts["timeout"] is not None:
         rows = [(*row, opts["timeout"]) for row in rows]
         columns += ", timeout"

@@ -33,6 +33,7 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
     from .cron import CronTicker, usable_schedules
     from .pruner import Pruner
     from .reaper import Reaper
+    from .skew import UnknownTaskSweeper
 
     services: list[Service] = [Reaper(alias=alias, worker=worker)]
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
@@ -41,6 +42,8 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
         schedules = usable_schedules()  # a bad schedule is logged, the others tick
         if schedules:
             services.append(CronTicker(alias=alias, schedules=schedules))
+    # Deploy skew: dead-letter jobs no live worker has known for UNKNOWN_TASK_TIMEOUT.
+    services.append(UnknownTaskSweeper(alias=alias))
     return services
 
 

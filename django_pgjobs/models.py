@@ -47,6 +47,12 @@ class Job(models.Model):
     last_error = models.TextField(null=True, blank=True)
     timeout = models.FloatField(
         null=True, blank=True, help_text="seconds a run may take (empty: no limit)")
+    # Flow control (flow.py): computed at enqueue, read by the limited claim.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_limit = models.PositiveSmallIntegerField(null=True, blank=True)
+    # "<task>:<key>" of a @job(unique_while=...) job; held while pending (or
+    # running, for "active": the claim clears it for "pending").
+    unique_key = models.CharField(max_length=600, null=True, blank=True)
     # W3C trace context (traceparent, tracestate) of the enqueue, when OpenTelemetry
     # is in use: the worker's span for the job is its child. NULL otherwise.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
@@ -94,6 +100,19 @@ class Job(models.Model):
                 fields=["idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="pgjobs_job_idempotency_key_uniq",
+            ),
+            # unique_while: one active job per key. Partial: rows without a key (almost
+            # all) stay out of it, and a finished job frees its key.
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                condition=Q(unique_key__isnull=False,
+                            status__in=[JobStatus.PENDING, JobStatus.RUNNING]),
+                name="pgjobs_job_unique_active_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(concurrency_key__isnull=True, concurrency_limit__isnull=True)
+                | Q(concurrency_key__isnull=False, concurrency_limit__gte=1),
+                name="pgjobs_job_concurrency_key_limit",
             ),
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
@@ -170,9 +189,68 @@ class Worker(models.Model):
     concurrency = models.IntegerField()
     started_at = models.DateTimeField(db_default=Now())
     last_seen = models.DateTimeField(db_default=Now())
+    # Task names this process has registered: it claims only those (deploy skew).
+    tasks = models.JSONField(default=list, blank=True,
+                             db_default=models.Value([], models.JSONField()))
 
     class Meta:
         ordering = ["-last_seen"]
 
     def __str__(self) -> str:
         return self.id
+
+
+RATE_PATTERN = r"^[1-9][0-9]{0,8}/[smh]$"
+
+
+class Queue(models.Model):
+    """Runtime state and limits of one queue, enforced by every worker's claim.
+
+    A queue without a row (or with an empty one) is unlimited. ``PGJOBS["QUEUES"]``
+    is synced into these rows at ``migrate`` and at worker start; the admin edits
+    them at runtime. ``rate_log`` holds the start times of the last period (the
+    sliding window of the rate limit, epoch seconds); nobody edits it by hand.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False, db_default=False)
+    max_running = models.PositiveIntegerField(
+        null=True, blank=True, help_text="jobs of this queue running at once, across all workers")
+    rate = models.CharField(
+        max_length=20, null=True, blank=True,
+        help_text='job starts per period across all workers: "N/s", "N/m" or "N/h"')
+    # Epoch seconds of the starts in the last period (jsonb: no dependency on
+    # django.contrib.postgres, whose ArrayField Django 6.1 wants in INSTALLED_APPS).
+    rate_log = models.JSONField(default=list, blank=True, editable=False,
+                                db_default=models.Value([], models.JSONField()))
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_running__gte=1) | Q(max_running__isnull=True),
+                                   name="pgjobs_queue_max_running_positive"),
+            models.CheckConstraint(condition=Q(rate__regex=RATE_PATTERN) | Q(rate__isnull=True),
+                                   name="pgjobs_queue_rate_format"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_limited(self) -> bool:
+        return bool(self.paused or self.max_running or self.rate)
+
+
+class KnownTask(models.Model):
+    """When a live worker last knew a task name (deploy skew: a pending job whose task
+    no live worker has known for ``UNKNOWN_TASK_TIMEOUT`` is dead-lettered)."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    last_known = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

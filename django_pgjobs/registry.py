@@ -1,7 +1,8 @@
 """The registry: task name -> ``JobDefinition``.
 
-Only functions registered here are ever executed; a row naming anything else is
-dead-lettered as "unknown task". Nothing is ever imported by the dotted path
+Only functions registered here are ever executed. A worker claims only the tasks
+it has registered; a row naming a task no live worker knows waits, and is
+dead-lettered as "unknown task" only after ``UNKNOWN_TASK_TIMEOUT`` (skew.py). Nothing is ever imported by the dotted path
 stored in a row.
 """
 
@@ -50,9 +51,27 @@ def get(name: str) -> JobDefinition:
     except KeyError:
         close = difflib.get_close_matches(name, list(_registry), n=3, cutoff=0.5)
         hint = f" Close names: {', '.join(close)}." if close else ""
+        from .skew import DISCOVERY_HINT
+
         raise UnknownTask(
-            f"unknown task {name!r}: no @job function is registered under that name.{hint}"
+            f"unknown task {name!r}: no @job function is registered under that name.{hint} "
+            f"({DISCOVERY_HINT}.)"
         ) from None
+
+
+def import_job_modules(modules: list[str]) -> None:
+    """Import ``PGJOBS["JOB_MODULES"]`` (for @job functions outside apps' ``jobs`` modules)."""
+    import importlib
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"PGJOBS['JOB_MODULES'] lists {module!r}, which cannot be imported: {exc}"
+            ) from exc
 
 
 def find(name: str) -> JobDefinition | None:

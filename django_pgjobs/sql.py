@@ -17,6 +17,7 @@ joins the caller's transaction on purpose).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -64,6 +65,35 @@ JOB_INSERT_DELAYED = JOB_INSERT.replace("COALESCE(%s, now())", "now() + make_int
 # The same time for a bulk enqueue (COPY takes values, not expressions).
 DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 
+# Insert a job with flow-control columns (concurrency key, unique_while key).
+# ON CONFLICT DO NOTHING without a target covers both partial unique indexes
+# (idempotency key; unique key among pending/running jobs): a concurrent insert of
+# the same key waits for the other transaction, then does nothing. Only jobs with
+# these options use this statement; JOB_INSERT stays as it was.
+JOB_INSERT_FLOW = f"""
+WITH ins AS (
+    INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
+                       idempotency_key, timeout, concurrency_key, concurrency_limit,
+                       unique_key, trace_context)
+    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s, %s, %s, %s,
+            %s::jsonb)
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, run_at, created_at
+)
+SELECT ins.id,
+       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
+       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
+       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
+  FROM ins
+"""
+
+JOB_INSERT_FLOW_DELAYED = JOB_INSERT_FLOW.replace(
+    "COALESCE(%s, now())", "now() + make_interval(secs => %s)")
+
+# The job holding a unique_while key (the partial unique index's predicate).
+JOB_BY_UNIQUE_KEY_WHERE = (
+    f"WHERE unique_key = %s AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')")
+
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
 
@@ -88,7 +118,10 @@ UPDATE {JOB} AS j
        lease = j.lease + 1,
        started_at = now(),
        heartbeat_at = now(),
-       worker = %(worker)s
+       worker = %(worker)s,
+       -- unique_while="pending": a job stops holding its key once it starts
+       unique_key = CASE WHEN left(j.unique_key, 8) = 'pending:' THEN NULL
+                         ELSE j.unique_key END
   FROM picked, {ASYNC_COMMIT}
  WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
@@ -158,6 +191,148 @@ WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
     LIMIT %(n)s
 )
 {_CLAIM_SET}
+"""
+
+# Deploy skew: the same three claims restricted to the tasks this worker knows (a
+# filter on the claim-index scan: no join, no lock), so a job of a task only newer
+# code registers waits for a worker that knows it. Written as array_position(...)
+# IS NOT NULL, not task = ANY(...), on purpose: the planner estimates ANY() from
+# the task column's statistics (history included, or a default for a prepared
+# statement's parameter), and a low estimate makes it trade the ordered index scan
+# that stops after n rows for a bitmap scan plus a sort of the whole backlog. A
+# function's IS NOT NULL is estimated at 99.5%, which is the truth: almost every
+# pending job is of a known task.
+_KNOWN_TASK = "array_position(%(tasks)s::text[], {col}::text) IS NOT NULL"
+_KNOWN = "AND run_at <= now() AND " + _KNOWN_TASK.format(col="task")
+JOB_CLAIM_ONE_QUEUE_KNOWN = JOB_CLAIM_ONE_QUEUE.replace("AND run_at <= now()", _KNOWN)
+JOB_CLAIM_QUEUES_KNOWN = JOB_CLAIM_QUEUES.replace("AND run_at <= now()", _KNOWN)
+JOB_CLAIM_ALL_KNOWN = JOB_CLAIM_ALL.replace("AND run_at <= now()", _KNOWN)
+
+# ---------------------------------------------------------------------------
+# The limited claim (flow control: pause, max_running, rate, concurrency keys)
+# ---------------------------------------------------------------------------
+
+QUEUE = "django_pgjobs_queue"
+
+# Every limited claim first takes this transaction-level advisory lock, in its own
+# statement, and then claims in a second statement of the same transaction. That
+# serialises limited claims across all workers and hosts, and — because a READ
+# COMMITTED statement takes its snapshot when it starts, after the lock was
+# granted — the claim counts every job the previous holder claimed (the counts
+# below would be stale if lock and count shared one statement). The lock is held
+# for the one short claim statement, never while a job runs; the fast path never
+# takes it. Released at COMMIT.
+FLOW_LOCK_KEY = 0x70676A6F6273  # "pgjobs"
+FLOW_LOCK = f"SELECT pg_advisory_xact_lock({FLOW_LOCK_KEY})"
+
+# "N/s" | "N/m" | "N/h" of a queue row q, as (count, seconds). rate_log is a jsonb
+# array of epoch seconds (numeric: exact to the microsecond).
+_RATE_N = "split_part(q.rate, '/', 1)::int"
+_RATE_PERIOD = ("CASE split_part(q.rate, '/', 2) WHEN 's' THEN 1 WHEN 'm' THEN 60 "
+                "ELSE 3600 END")
+_NOW_EPOCH = "extract(epoch FROM now())"
+
+# The candidate queues (qs.name) with what each may still start now:
+# min(n, max_running - running, rate - starts in the last period). Paused queues
+# and queues at a limit drop out. Running counts come from the running index
+# (as many rows as jobs in flight). A queue without a row is unlimited.
+_FLOW_ALLOWANCE = f"""allowance AS MATERIALIZED (
+    SELECT qs.name,
+           LEAST(%(n)s,
+                 COALESCE(q.max_running - (SELECT count(*) FROM {JOB} r
+                                            WHERE r.status = '{JobStatus.RUNNING}'
+                                              AND r.queue = qs.name), %(n)s),
+                 COALESCE({_RATE_N} - (SELECT count(*)
+                                         FROM jsonb_array_elements_text(q.rate_log) AS t(at)
+                                        WHERE t.at::numeric > {_NOW_EPOCH} - {_RATE_PERIOD}),
+                          %(n)s)
+           ) AS allow
+      FROM qs LEFT JOIN {QUEUE} q ON q.name = qs.name
+     WHERE qs.name IS NOT NULL AND NOT COALESCE(q.paused, false)
+), busy AS MATERIALIZED (
+    -- running jobs per concurrency key (running index: jobs in flight only)
+    SELECT concurrency_key AS key, count(*) AS running FROM {JOB}
+     WHERE status = '{JobStatus.RUNNING}' AND concurrency_key IS NOT NULL
+     GROUP BY concurrency_key
+)"""
+
+# Per allowed queue, the first due rows in claim-index order whose key (if any)
+# is below its limit: rows of a blocked key are skipped by the scan, so they never
+# stall the rows behind them. Over-fetches (%(scan)s rows) so that several rows of
+# one key cannot crowd out the others; ranking then keeps at most (limit -
+# running) rows per key and `allow` rows per queue, and the best n overall. The
+# rows are locked only then, by id (SKIP LOCKED; status re-checked on the locked
+# row version), for _CLAIM_SET.
+_FLOW_PICK = f"""cand AS (
+    SELECT c.*, a.allow FROM allowance a
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.priority, j.run_at, j.concurrency_key, j.concurrency_limit
+          FROM {JOB} j
+         WHERE j.status = '{JobStatus.PENDING}' AND j.queue = a.name AND j.run_at <= now()
+           AND array_position(%(tasks)s::text[], j.task::text) IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM busy b
+                            WHERE b.key = j.concurrency_key
+                              AND b.running >= j.concurrency_limit)
+         ORDER BY j.priority DESC, j.run_at, j.id
+         LIMIT %(scan)s
+    ) AS c
+    WHERE a.allow > 0
+), keyed AS (
+    SELECT cand.*,
+           row_number() OVER (PARTITION BY cand.concurrency_key
+                              ORDER BY cand.priority DESC, cand.run_at, cand.id) AS key_rank,
+           cand.concurrency_limit - COALESCE(b.running, 0) AS key_free
+      FROM cand LEFT JOIN busy b ON b.key = cand.concurrency_key
+), ranked AS (
+    SELECT keyed.*,
+           row_number() OVER (PARTITION BY keyed.queue
+                              ORDER BY keyed.priority DESC, keyed.run_at, keyed.id) AS queue_rank
+      FROM keyed WHERE keyed.concurrency_key IS NULL OR keyed.key_rank <= keyed.key_free
+), chosen AS (
+    SELECT id FROM ranked WHERE queue_rank <= allow
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(n)s
+), picked AS (
+    SELECT j.id FROM {JOB} j JOIN chosen ON chosen.id = j.id
+     WHERE j.status = '{JobStatus.PENDING}'
+       FOR UPDATE OF j SKIP LOCKED
+), claimed AS ({_CLAIM_SET}), logged AS (
+    -- the sliding window of the rate limit: this claim's starts, and the starts
+    -- of the last period. now() is the transaction's start, which can precede the
+    -- lock grant (and a claim that committed before): counting every entry newer
+    -- than now() - period, even "future" ones, keeps any window of one period at
+    -- most N; entries are kept one second longer than a period for such a claim.
+    UPDATE {QUEUE} q
+       SET rate_log = (SELECT COALESCE(jsonb_agg(w.at ORDER BY w.at), '[]'::jsonb) FROM (
+                           SELECT t.at::numeric AS at
+                             FROM jsonb_array_elements_text(q.rate_log) AS t(at)
+                            WHERE t.at::numeric > {_NOW_EPOCH} - {_RATE_PERIOD} - 1
+                           UNION ALL
+                           SELECT {_NOW_EPOCH} FROM generate_series(1, s.started)) AS w)
+      FROM (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) s
+     WHERE q.name = s.queue AND q.rate IS NOT NULL
+)
+SELECT * FROM claimed"""
+
+# Limited claim from a list of queues (after FLOW_LOCK, same transaction).
+JOB_CLAIM_LIMITED_QUEUES = f"""
+WITH qs(name) AS (SELECT unnest(%(queues)s::text[])),
+{_FLOW_ALLOWANCE},
+{_FLOW_PICK}
+"""
+
+# Limited claim from every queue with pending rows (loose index scan, as above).
+JOB_CLAIM_LIMITED_ALL = f"""
+WITH RECURSIVE {_PENDING_QUEUES},
+{_FLOW_ALLOWANCE},
+{_FLOW_PICK}
+"""
+
+# The flow-control state workers cache (refreshed every POLL_INTERVAL and on a
+# queue-change NOTIFY): only rows that limit something. No locks.
+QUEUE_LIMITS = f"""
+SELECT name, paused, max_running, rate FROM {QUEUE}
+ WHERE paused OR max_running IS NOT NULL OR rate IS NOT NULL
 """
 
 # ---------------------------------------------------------------------------
@@ -426,8 +601,9 @@ RETURNING j.id
 # ---------------------------------------------------------------------------
 
 WORKER_UPSERT = f"""
-INSERT INTO {WORKER} (id, host, pid, queues, concurrency, started_at, last_seen)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, now(), now())
+INSERT INTO {WORKER} (id, host, pid, queues, concurrency, started_at, last_seen, tasks)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, now(), now(),
+        %(tasks)s::jsonb)
 ON CONFLICT (id) DO UPDATE SET last_seen = now()
 """
 
@@ -581,21 +757,67 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
 
 
 def claim(
-    connection: BaseDatabaseWrapper, *, worker: str, queues: Sequence[str] | None, n: int
+    connection: BaseDatabaseWrapper, *, worker: str, queues: Sequence[str] | None, n: int,
+    tasks: Sequence[str] | None = None, limited: bool = False,
 ) -> list[Claimed]:
-    """Claim up to ``n`` due jobs (``queues=None``: every queue)."""
+    """Claim up to ``n`` due jobs (``queues=None``: every queue).
+
+    ``tasks``: claim only jobs of these tasks (the worker's registry; None: any).
+    ``limited``: some queue in scope is paused or limited, or a known task has a
+    concurrency key (see ``flow.FlowState``): take the serialised limited claim.
+    """
     params: dict[str, Any] = {"worker": worker, "n": n}
+    if limited:
+        return _claim_limited(connection, params, queues, tasks)
+    known = tasks is not None
+    if known:
+        params["tasks"] = task_array(tuple(tasks or ()))
     if queues is None:
-        statement = JOB_CLAIM_ALL
+        statement = JOB_CLAIM_ALL_KNOWN if known else JOB_CLAIM_ALL
     elif len(queues) == 1:
-        statement = JOB_CLAIM_ONE_QUEUE
+        statement = JOB_CLAIM_ONE_QUEUE_KNOWN if known else JOB_CLAIM_ONE_QUEUE
         params["queue"] = queues[0]
     else:
-        statement = JOB_CLAIM_QUEUES
+        statement = JOB_CLAIM_QUEUES_KNOWN if known else JOB_CLAIM_QUEUES
         params["queues"] = list(queues)
     with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
+    return _claimed(rows)
+
+
+@functools.lru_cache(maxsize=64)
+def task_array(tasks: tuple[str, ...]) -> str:
+    """The ``text[]`` literal of a worker's task names, built once: adapting a list of
+    a hundred strings on every claim cost more than the filter itself."""
+    quoted = ('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in tasks)
+    return "{" + ",".join(quoted) + "}"
+
+
+def _claim_limited(connection: BaseDatabaseWrapper, params: dict[str, Any],
+                   queues: Sequence[str] | None, tasks: Sequence[str] | None) -> list[Claimed]:
+    """FLOW_LOCK, then the limited claim, in one short transaction (see FLOW_LOCK)."""
+    from django.db import transaction
+
+    from . import registry
+
+    params["tasks"] = task_array(tuple(tasks) if tasks is not None else tuple(
+        d.name for d in registry.all_definitions()))
+    params["scan"] = max(4 * params["n"], 64)
+    if queues is None:
+        statement = JOB_CLAIM_LIMITED_ALL
+    else:
+        statement = JOB_CLAIM_LIMITED_QUEUES
+        params["queues"] = list(queues)
+    with transaction.atomic(using=connection.alias, savepoint=False), \
+            connection.cursor() as cursor:
+        cursor.execute(FLOW_LOCK)
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    return _claimed(rows)
+
+
+def _claimed(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
     # Decoded per row: one undecodable row fails its own job, not the batch.
     return [

@@ -52,6 +52,8 @@ class Status:
     tables: list[TableHealth]
     claim_index_bytes: int
     warnings: list[str]
+    # Pending jobs whose task no live worker knows (deploy skew, skew.py).
+    unknown_tasks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _estimates(jobs: TableHealth) -> dict[str, int | None]:
@@ -93,6 +95,9 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
     ordered = sorted(queues.values(), key=lambda e: e.queue)
     status = Status(ordered, window, workers, _estimates(tables[0]), tables, claim_index_bytes,
                     [])
+    from .skew import unknown_pending
+
+    status.unknown_tasks = unknown_pending(connection, stale_after=conf.STALE_AFTER)
     status.warnings = warnings(status)
     return status
 
@@ -126,6 +131,11 @@ def warnings(status: Status) -> list[str]:
         if entry.due and not entry.workers:
             out.append(f"queue {entry.queue!r}: {entry.due} job(s) due and no live worker "
                        "serves this queue")
+    for unknown in status.unknown_tasks:
+        out.append(f"queue {unknown['queue']!r}: {unknown['pending']} pending job(s) of task "
+                   f"{unknown['task']!r}, which no live worker knows (oldest "
+                   f"{_age(unknown['oldest'])}): they wait for a worker that registers it "
+                   "(a rolling deploy), and are dead-lettered after UNKNOWN_TASK_TIMEOUT")
     return out
 
 

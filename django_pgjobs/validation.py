@@ -22,7 +22,8 @@ MAX_DELAY = timedelta(days=365 * 1000)
 
 #: Options accepted by ``.using()`` and ``Job.objects.enqueue``.
 CALL_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key", "timeout"}
+    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key", "timeout",
+     "unique_key"}
 )
 
 
@@ -257,6 +258,17 @@ def check_idempotency_key(value: Any) -> str | None:
     return value
 
 
+def check_unique_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise ValueError(
+            f"unique_key must be a non-empty string of at most 255 characters, got {value!r}"
+        )
+    _storable_text(value, "unique_key")
+    return value
+
+
 def check_run_at(value: Any) -> datetime | None:
     if value is None:
         return None
@@ -317,6 +329,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         out["max_attempts"] = check_max_attempts(options["max_attempts"])
     if "idempotency_key" in options:
         out["idempotency_key"] = check_idempotency_key(options["idempotency_key"])
+    if "unique_key" in options:
+        out["unique_key"] = check_unique_key(options["unique_key"])
     if "timeout" in options:
         out["timeout"] = check_timeout(options["timeout"], "timeout")
     run_at = check_run_at(options.get("run_at"))

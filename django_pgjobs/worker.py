@@ -47,7 +47,7 @@ from django.db import (
     connections,
 )
 
-from . import executor, outcomes, registry, signals, sql
+from . import executor, flow, outcomes, registry, signals, sql
 from .async_runner import AsyncRunner
 from .conf import get_settings
 from .context import JobContext
@@ -150,6 +150,8 @@ class Worker:
             else default_services(alias=self.alias, worker=self.id) if maintenance else []
         )
 
+        # Flow control and deploy skew: claim only known tasks, honour queue limits.
+        self.flow = flow.FlowState(self.queues)
         self.inflight: dict[int, InFlight] = {}
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
@@ -167,6 +169,7 @@ class Worker:
         self.restart_reason: str | None = None
         self.claimed_count = 0
         self.finished_count = 0
+        # timed_out: runs given up on (each also counted as retry or dead)
         self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0,
                        "timed_out": 0}
 
@@ -216,6 +219,7 @@ class Worker:
         if self.services:
             helpers.append(MaintenanceThread(self.services, self._threads_stop, self.alias))
         self._register_worker()
+        flow.sync_queues_quietly(self.alias)
         for thread in helpers:
             thread.start()
         try:
@@ -236,6 +240,8 @@ class Worker:
         return 0
 
     def _on_notify(self, payload: str) -> None:
+        if payload == flow.QUEUES_CHANGED:
+            self.flow.invalidate()  # a queue was paused, resumed or edited
         if not payload or self.queues is None or payload in self.queues:
             self._wakeup.set()
 
@@ -253,7 +259,7 @@ class Worker:
             got = 0
             if want > 0:
                 try:
-                    claimed = sql.claim(connection, worker=self.id, queues=self.queues, n=want)
+                    claimed = self.flow.claim(connection, worker=self.id, n=want)
                     backoff.succeeded()
                 except CONNECTION_ERRORS as exc:
                     backoff.failed(exc)
@@ -375,14 +381,13 @@ class Worker:
         sync_part = max(0, self.concurrency + self._prefetch() - busy_sync)
         if self._async is not None:
             # A claim cannot choose sync or async jobs: size it for the kind the last
-            # claim brought, plus one to notice the other kind, so neither kind is
-            # hoarded for the other's free slots.
+            # claim brought (jobs of the other kind in it run all the same), so
+            # neither kind is hoarded for the other's free slots.
             async_part = max(0, self.async_concurrency + self._async_prefetch() - busy_async)
             if self._claim_kind == "async":
-                sync_part = min(1, sync_part) if async_part else 0
-            elif self._claim_kind != "mixed":
-                async_part = min(1, async_part) if sync_part else 0
-            sync_part += async_part
+                sync_part = async_part
+            elif self._claim_kind == "mixed":
+                sync_part += async_part
         want = min(sync_part, self.batch if self._claim_kind != "async"
                    else max(self.batch, self.async_concurrency))
         if self.max_jobs is not None:
@@ -741,7 +746,8 @@ class Worker:
 
     def _worker_row(self) -> dict[str, Any]:
         return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                "queues": json.dumps(self.queues or ["*"]), "concurrency": self.concurrency}
+                "queues": json.dumps(self.queues or ["*"]), "concurrency": self.concurrency,
+                "tasks": json.dumps(self.flow.tasks)}
 
     def _register_worker(self) -> None:
         try:

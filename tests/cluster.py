@@ -43,7 +43,8 @@ def _as_user(cmd: list[str]) -> list[str]:
 class TempCluster:
     """``initdb`` + ``pg_ctl`` on a free port; ``url(db)`` gives a Django DATABASE_URL."""
 
-    def __init__(self, *, conf: dict[str, str] | None = None, name: str = "pgjobs"):
+    def __init__(self, *, conf: dict[str, str] | None = None, name: str = "pgjobs",
+                 standby_of: TempCluster | None = None):
         bindir = pg_bindir()
         if bindir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb) on this machine")
@@ -55,11 +56,25 @@ class TempCluster:
         self.conf = conf or {}
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
+        if standby_of is not None:
+            # A streaming standby: a base backup of the running primary, with
+            # standby.signal and primary_conninfo written by -R.
+            subprocess.run(
+                _as_user([str(bindir / "pg_basebackup"), "-h", "127.0.0.1",
+                          "-p", str(standby_of.port), "-U", "postgres", "-D", str(self.data),
+                          "-R", "-X", "stream", "-c", "fast"]),
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            )
+            self._configure()
+            return
         subprocess.run(
             _as_user([str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
                       "--auth=trust", "-E", "UTF8"]),
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
+        self._configure()
+
+    def _configure(self) -> None:
         settings = {
             "port": str(self.port),
             "listen_addresses": "'127.0.0.1'",
@@ -88,6 +103,23 @@ class TempCluster:
 
     def restart(self) -> None:
         self.pg_ctl("-m", "fast", "restart")
+
+    def stop_immediate(self) -> None:
+        """A crash as far as clients can tell: no shutdown checkpoint, connections cut."""
+        self.pg_ctl("-m", "immediate", "stop")
+
+    def promote(self) -> None:
+        """Turn this standby into a primary (waits until it accepts writes)."""
+        self.pg_ctl("promote")
+
+    def standby(self, *, name: str = "standby", conf: dict[str, str] | None = None) -> TempCluster:
+        """A streaming standby of this (running) cluster, made with pg_basebackup; not started.
+
+        ``cluster_name`` is the standby's application name on the primary, so
+        ``synchronous_standby_names`` can name it.
+        """
+        return TempCluster(name=name, standby_of=self,
+                           conf={**self.conf, "cluster_name": f"'{name}'", **(conf or {})})
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"

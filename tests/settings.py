@@ -11,6 +11,7 @@ started by the tests use the same server.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import django
@@ -84,6 +85,13 @@ PGJOBS = {
     "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),
     "BACKOFF_BASE": 0.05,
     "BACKOFF_CAP": 0.2,
+    # Flow-control test jobs live outside an app's jobs module (PGJOBS["JOB_MODULES"]);
+    # a worker started with PGJOBS_TEST_OLD_WORKER=1 lacks them (a rolling deploy).
+    # Workers load the job with a concurrency key only with PGJOBS_TEST_KEYED=1, so
+    # the other tests' workers keep the unlimited fast-path claim.
+    "JOB_MODULES": ([] if os.environ.get("PGJOBS_TEST_OLD_WORKER") else ["tests.flow_jobs"])
+    + (["tests.flow_keyed_jobs"] if "pytest" in sys.modules
+       or os.environ.get("PGJOBS_TEST_KEYED") else []),
 }
 if os.environ.get("PGJOBS_TEST_METRICS_PORT"):  # tests/test_metrics_process.py
     PGJOBS["METRICS_PORT"] = int(os.environ["PGJOBS_TEST_METRICS_PORT"])
@@ -107,3 +115,10 @@ if django.VERSION >= (6, 0):
     # django.tasks on our queue (tests/tasks_backend); its tasks.py is autodiscovered.
     INSTALLED_APPS.append("tests.tasks_backend")
     from tests.tasks_backend.config import TASKS  # noqa: F401
+
+if os.environ.get("PGJOBS_FAULT_PLAN"):
+    # Statement-level fault injection (tests/faults/injector.py): test-only, installed
+    # in runjobs subprocesses started by the fault matrix.
+    from tests.faults.injector import install as _install_fault_injector
+
+    _install_fault_injector()

@@ -80,3 +80,21 @@ def test_async_jobs_are_cancelled_and_released_at_shutdown(
     job.refresh_from_db()
     assert job.status == "pending" and job.attempts == 0
     assert "released job" in w.output()
+
+
+def test_slow_jobs_are_not_hoarded_by_the_first_worker(
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    """The prefetch follows the observed job time: for 0.4 s jobs it is ~0, so a worker
+    that starts first does not claim the queue ahead of the one that starts next."""
+    core_jobs.nap.enqueue_many([(0.5,)] * 40)
+    first = start_worker("--concurrency", "2", "--no-maintenance", "--burst")
+    wait_until(lambda: Job.objects.filter(status="completed").exists(), timeout=30,
+               message="the first worker to finish a job")
+    second = start_worker("--concurrency", "2", "--no-maintenance", "--burst")
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    per_worker: dict[str, int] = {}
+    for worker_id in Job.objects.values_list("worker", flat=True):
+        per_worker[worker_id] = per_worker.get(worker_id, 0) + 1
+    assert Job.objects.filter(status="completed").count() == 40
+    # Alone, the first worker would take 10 s; the second arrives within ~3 s.
+    assert len(per_worker) == 2 and min(per_worker.values()) >= 10, per_worker

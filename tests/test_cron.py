@@ -220,10 +220,10 @@ def test_default_services_include_pruner_and_ticker() -> None:
     cron = {"t": {"task": ADD, "schedule": "0 * * * *", "args": [1, 2]}}
     with override_settings(PGJOBS={"CRON": cron}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
-            "reaper", "pruner", "cron"]
+            "reaper", "pruner", "cron", "unknown-tasks"]
     with override_settings(PGJOBS={"CRON": cron, "CRON_ENGINE": "pg_cron"}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
-            "reaper", "pruner"]
+            "reaper", "pruner", "unknown-tasks"]
 
 
 def test_sync_cron_lists_next_fire_times(capsys: Any) -> None:

@@ -69,3 +69,9 @@ async def async_orm_count() -> int:
     from django_pgjobs.models import Job
 
     return await Job.objects.acount()
+
+
+@job(max_attempts=1)
+def nap(seconds: float) -> None:
+    """A slow job for the fairness test."""
+    time.sleep(seconds)

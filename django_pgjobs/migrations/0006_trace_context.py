@@ -9,9 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
-    dependencies = [
-        ("django_pgjobs", "0006_job_timeout"),  # rechained at merge: after the current leaf
-    ]
+    dependencies = [("django_pgjobs", "0005_flow_control")]
 
     operations = [
         migrations.AddField(

@@ -1,0 +1,75 @@
+"""Admin for queues as rows: pause/resume, ``max_running`` and ``rate`` at runtime.
+
+Every save and action wakes the workers (NOTIFY) so they re-read the limits at
+once instead of at their next ``POLL_INTERVAL``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from . import flow
+from .conf import get_settings
+from .models import Job, Queue
+from .states import JobStatus
+
+
+class QueueForm(forms.ModelForm):
+    class Meta:
+        model = Queue
+        fields = ("name", "paused", "max_running", "rate")
+
+    def clean_rate(self) -> str | None:
+        value = self.cleaned_data.get("rate") or None
+        if value is not None:
+            try:
+                flow.parse_rate(value)
+            except ValueError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return value
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    form = QueueForm
+    list_display = ("name", "paused", "max_running", "rate", "running", "pending", "updated_at")
+    list_editable = ("paused", "max_running", "rate")
+    actions = ("pause", "resume")
+    show_facets = admin.ShowFacets.NEVER
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return ("name",) if obj is not None else ()
+
+    @admin.display(description="running")
+    def running(self, obj: Queue) -> int:
+        return Job.objects.filter(status=JobStatus.RUNNING, queue=obj.name).count()
+
+    @admin.display(description="pending")
+    def pending(self, obj: Queue) -> int:
+        return Job.objects.filter(status=JobStatus.PENDING, queue=obj.name).count()
+
+    def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        flow.notify_changed(get_settings().DATABASE)
+
+    def delete_model(self, request: HttpRequest, obj: Queue) -> None:
+        super().delete_model(request, obj)
+        flow.notify_changed(get_settings().DATABASE)
+
+    @admin.action(description="Pause selected queues (workers stop claiming; running jobs finish)",
+                  permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = flow.pause_queue(*queryset.values_list("name", flat=True))
+        self.message_user(request, f"Paused {len(names)} queue(s): {', '.join(names)}.",
+                          messages.SUCCESS)
+
+    @admin.action(description="Resume selected queues", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = flow.resume_queue(*queryset.values_list("name", flat=True))
+        self.message_user(request, f"Resumed {len(names)} queue(s): {', '.join(names)}.",
+                          messages.SUCCESS)

@@ -1,0 +1,263 @@
+"""Flow control: queues as rows (pause, ``max_running``, ``rate``), per-key limits.
+
+The limits are enforced by the claim statement itself (``sql.JOB_CLAIM_LIMITED_*``),
+so they hold across every worker and host. This module decides, per worker, which
+claim to run: a worker caches the queue rows that limit something (refreshed every
+``POLL_INTERVAL`` and at once on a queue-change NOTIFY) and takes the unlimited
+fast path — the 0.1 claim, no extra join or lock — unless a queue in its scope is
+limited or one of its tasks has a concurrency key. The fast path takes any task
+and gives back (uncounted) a job of a task this worker does not know, then filters
+by task from then on (deploy skew, see ``FlowState.claim``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from . import registry, sql
+from .conf import get_settings, suggest
+
+logger = logging.getLogger("django_pgjobs")
+
+#: NOTIFY payload that tells workers the queue rows changed (pause, resume, admin edit).
+QUEUES_CHANGED = "pgjobs:queues"
+
+#: Keys of a ``PGJOBS["QUEUES"]`` entry.
+QUEUE_KEYS = frozenset({"max_running", "rate", "paused"})
+
+_RATE = re.compile(r"^([1-9][0-9]{0,8})/([smh])$")
+_PERIOD = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(value: Any, where: str = "rate") -> tuple[int, float]:
+    """``"N/s"`` | ``"N/m"`` | ``"N/h"`` -> (N, period in seconds); ValueError naming ``where``."""
+    match = _RATE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f'{where} must be "N/s", "N/m" or "N/h" with N a whole number '
+                         f'>= 1 (e.g. "100/m"), got {value!r}')
+    return int(match.group(1)), _PERIOD[match.group(2)]
+
+
+def check_max_running(value: Any, where: str = "max_running") -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise ValueError(f"{where} must be a whole number >= 1 or None, got {value!r}")
+    return value
+
+
+def queue_problems(queues: dict[str, Any]) -> list[str]:
+    """Everything wrong with a ``PGJOBS["QUEUES"]`` value, one message per problem."""
+    from .validation import check_queue
+
+    problems: list[str] = []
+    for name, entry in queues.items():
+        where = f"PGJOBS['QUEUES'][{name!r}]"
+        try:
+            check_queue(name)
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if not isinstance(entry, dict):
+            problems.append(f"{where} must be a dict of options ({', '.join(sorted(QUEUE_KEYS))}),"
+                            f" got {type(entry).__name__}")
+            continue
+        for key in entry:
+            if key not in QUEUE_KEYS:
+                problems.append(f"{where} has unknown option {key!r}.{suggest(str(key), QUEUE_KEYS)}"
+                                f" Options are: {', '.join(sorted(QUEUE_KEYS))}")
+        try:
+            check_max_running(entry.get("max_running"), f"{where}['max_running']")
+        except ValueError as exc:
+            problems.append(str(exc))
+        if entry.get("rate") is not None:
+            try:
+                parse_rate(entry["rate"], f"{where}['rate']")
+            except ValueError as exc:
+                problems.append(str(exc))
+        if "paused" in entry and not isinstance(entry["paused"], bool):
+            problems.append(f"{where}['paused'] must be True or False, got {entry['paused']!r}")
+    return problems
+
+
+def sync_queues(using: str | None = None) -> int:
+    """Write ``PGJOBS["QUEUES"]`` into the queue rows (``migrate``, worker start).
+
+    Settings win for the keys they name; ``paused`` is written only when given (a
+    pause from the admin or ``pause_queue`` survives a deploy); queues not in the
+    setting keep their rows. Returns how many entries were written.
+    """
+    from .models import Queue
+
+    queues = get_settings().QUEUES
+    problems = queue_problems(queues)
+    if problems:
+        raise ValueError("; ".join(problems))
+    alias = using or get_settings().DATABASE
+    with transaction.atomic(using=alias):
+        for name, entry in sorted(queues.items()):
+            fields = {"max_running": entry.get("max_running"), "rate": entry.get("rate")}
+            if "paused" in entry:
+                fields["paused"] = entry["paused"]
+            Queue.objects.using(alias).update_or_create(name=name, defaults=fields)
+        if queues:
+            notify_changed(alias)
+    return len(queues)
+
+
+def sync_after_migrate(*, using: str = "default", plan: Any = None, **kwargs: Any) -> None:
+    """post_migrate: sync the queue rows into the migrated database (if it is ours and
+    the table exists: a migrate back to zero leaves no table to write)."""
+    if using != get_settings().DATABASE or not get_settings().QUEUES:
+        return
+    if sql.QUEUE not in connections[using].introspection.table_names():
+        return
+    sync_queues(using)
+
+
+def sync_queues_quietly(alias: str) -> None:
+    """Worker start: sync, but a failure (say, a migration not applied yet) is a warning."""
+    if not get_settings().QUEUES:
+        return
+    try:
+        sync_queues(alias)
+    except Exception as exc:  # noqa: BLE001 - the worker must start; limits stay as stored
+        logger.warning("could not sync PGJOBS['QUEUES'] into the queue table: %s", exc)
+        connections[alias].close_if_unusable_or_obsolete()
+
+
+def notify_changed(alias: str) -> None:
+    """Wake every worker to re-read the queue rows (delivered at commit)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.JOB_NOTIFY, [QUEUES_CHANGED])
+
+
+def _set_paused(names: Iterable[str], paused: bool, using: str | None) -> list[str]:
+    from .models import Queue
+    from .validation import check_queue
+
+    names = [check_queue(n) for n in names]
+    if not names:
+        raise ValueError("name at least one queue")
+    alias = using or get_settings().DATABASE
+    with transaction.atomic(using=alias):
+        for name in names:
+            Queue.objects.using(alias).update_or_create(name=name, defaults={"paused": paused})
+        notify_changed(alias)
+        if not paused:
+            # Wake idle workers of these queues: their pending jobs are claimable again.
+            with connections[alias].cursor() as cursor:
+                for name in names:
+                    cursor.execute(sql.JOB_NOTIFY, [name])
+    return names
+
+
+def pause_queue(name: str, *more: str, using: str | None = None) -> list[str]:
+    """Stop every worker from claiming from these queues; running jobs finish and
+    enqueueing still works. Takes effect at once with LISTEN, else within POLL_INTERVAL."""
+    return _set_paused([name, *more], True, using)
+
+
+def resume_queue(name: str, *more: str, using: str | None = None) -> list[str]:
+    """Undo ``pause_queue``: workers claim from these queues again (woken by NOTIFY)."""
+    return _set_paused([name, *more], False, using)
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    name: str
+    paused: bool
+    max_running: int | None
+    rate: str | None
+
+
+class FlowState:
+    """One worker's view of flow control: which claim to run, with which arguments.
+
+    Reads the limiting queue rows at most every ``refresh`` seconds (and after
+    ``invalidate()``, called on a queue-change NOTIFY). One cheap query per poll
+    interval per worker; nothing on the claim itself.
+    """
+
+    def __init__(self, queues: Sequence[str] | None, tasks: Sequence[str] | None = None,
+                 *, refresh: float | None = None):
+        self.queues = list(queues) if queues else None
+        definitions = registry.all_definitions()
+        names = sorted(d.name for d in definitions) if tasks is None else sorted(tasks)
+        self.tasks = tuple(names)
+        self.keyed = any(d.concurrency_key is not None for d in definitions
+                         if d.name in set(names))
+        self._known = frozenset(names)
+        # Set once a claim returned a job of a task this worker does not know (deploy
+        # skew): from then on the fast path filters by task too (see claim()).
+        self.skew_seen = False
+        self.refresh = get_settings().POLL_INTERVAL if refresh is None else refresh
+        self._loaded_at: float | None = None
+        self.limits: dict[str, QueueLimits] = {}
+
+    def invalidate(self) -> None:
+        self._loaded_at = None
+
+    def load(self, connection: BaseDatabaseWrapper) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.QUEUE_LIMITS)
+            self.limits = {r[0]: QueueLimits(*r) for r in cursor.fetchall()}
+        self._loaded_at = time.monotonic()
+
+    def claim_options(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        """Keyword arguments for ``sql.claim``: ``queues``, ``tasks``, ``limited``."""
+        if self._loaded_at is None or time.monotonic() - self._loaded_at >= self.refresh:
+            self.load(connection)
+        queues = self.queues
+        if queues is None:
+            limited = self.keyed or bool(self.limits)
+        else:
+            in_scope = [self.limits[q] for q in queues if q in self.limits]
+            limited = self.keyed or any(q.max_running or q.rate for q in in_scope)
+            if not limited:
+                # Pause alone needs no lock: leave the paused queues out of the list.
+                paused = {q.name for q in in_scope if q.paused}
+                queues = [q for q in queues if q not in paused]
+        filtered = limited or self.skew_seen
+        return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
+
+    def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[sql.Claimed]:
+        """Claim up to ``n`` jobs of known tasks.
+
+        The fast path is the 0.1 claim exactly, with no task filter: in steady state
+        every pending job is of a known task, and the filter measurably slowed the
+        hottest statement. The first job of an unknown task it meets is given back
+        at once, uncounted (``sql.release``), and from then on this worker claims
+        with the known-task filter, so it never takes such a job again.
+        """
+        options = self.claim_options(connection)
+        if options["queues"] == []:
+            return []  # every queue of this worker is paused
+        claimed = sql.claim(connection, worker=worker, n=n, **options)
+        if options["tasks"] is None:
+            unknown = [c for c in claimed if c.task not in self._known]
+            if unknown:
+                self.skew_seen = True
+                for c in unknown:
+                    sql.release(connection, id=c.id, lease=c.lease)
+                logger.warning(
+                    "worker %s gave back %d job(s) of task(s) it does not know (%s), uncounted; "
+                    "they wait for a worker that registers them (a rolling deploy?) and this "
+                    "worker now claims only its own tasks. %s", worker, len(unknown),
+                    ", ".join(sorted({c.task for c in unknown})), _discovery_hint())
+                claimed = [c for c in claimed if c.task in self._known]
+        return claimed
+
+
+def _discovery_hint() -> str:
+    from .skew import DISCOVERY_HINT
+
+    return DISCOVERY_HINT

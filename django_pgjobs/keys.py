@@ -1,0 +1,154 @@
+"""Keys computed at enqueue: the concurrency key and the unique-while key.
+
+Both are computed from the job's arguments when it is enqueued and stored on the
+row, so the claim (concurrency) and the unique index (unique_while) work on plain
+columns and never call Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import string
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .decorators import JobDefinition
+
+UNIQUE_WHILE = ("pending", "active")
+#: Highest concurrency_limit (a smallint column).
+MAX_CONCURRENCY_LIMIT = 32767
+
+
+def check_concurrency(key: Any, limit: Any, task: str) -> tuple[str | Callable[..., Any] | None, int]:
+    """Validate ``@job(concurrency_key=..., concurrency_limit=...)`` at decoration time."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or not 1 <= limit <= MAX_CONCURRENCY_LIMIT):
+        raise ValueError(f"@job(concurrency_limit=...) of {task} must be a whole number from 1 to "
+                         f"{MAX_CONCURRENCY_LIMIT}, got {limit!r}")
+    if key is None:
+        if limit is not None:
+            raise TypeError(f"@job(concurrency_limit=...) of {task} needs a concurrency_key "
+                            "(the jobs that share a key share the limit)")
+        return None, 1
+    if isinstance(key, str):
+        if not key:
+            raise ValueError(f"@job(concurrency_key=...) of {task} must not be empty")
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(key) if f is not None]
+        except ValueError as exc:
+            raise ValueError(f"@job(concurrency_key=...) of {task} is not a valid format string "
+                             f"({exc}): {key!r}") from None
+        for name in fields:
+            if not name or name[0].isdigit():
+                raise ValueError(f"@job(concurrency_key=...) of {task} must name arguments "
+                                 f"({{user_id}}), not positions: {key!r}")
+    elif not callable(key):
+        raise TypeError(f"@job(concurrency_key=...) of {task} must be a format string over the "
+                        f"job's arguments (\"user:{{user_id}}\") or a callable, got {key!r}")
+    return key, limit or 1
+
+
+def check_fields_exist(definition: JobDefinition) -> None:
+    """A format-string key must name parameters of the function (checked at decoration)."""
+    key = definition.concurrency_key
+    if not isinstance(key, str):
+        return
+    params = _parameters(definition)
+    if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    for _, field, _, _ in string.Formatter().parse(key):
+        if field is None:
+            continue
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if root not in params:
+            raise ValueError(f"@job(concurrency_key={key!r}) of {definition.name} names "
+                             f"{root!r}, which is not a parameter of the function "
+                             f"(parameters: {', '.join(params) or 'none'})")
+
+
+def check_unique_while(value: Any) -> str | None:
+    if value is None or value in UNIQUE_WHILE:
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f'@job(unique_while=...) must be "pending" or "active", got {value!r}')
+
+
+def _parameters(definition: JobDefinition) -> dict[str, inspect.Parameter] | None:
+    try:
+        params = dict(inspect.signature(definition.func).parameters)
+    except (TypeError, ValueError):
+        return None
+    if definition.takes_context and params:
+        params.pop(next(iter(params)))
+    return params
+
+
+def concurrency_key(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """The stored key of one call (None: the job has no key and no limit)."""
+    key = definition.concurrency_key
+    if key is None:
+        return None
+    if callable(key):
+        try:
+            value = key(*args, **kwargs)
+        except Exception as exc:
+            raise ValueError(f"concurrency_key of {definition.name} raised "
+                             f"{type(exc).__name__}: {exc}") from exc
+    else:
+        value = key.format(**_bound(definition, args, kwargs))
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(f"concurrency_key of {definition.name} must give a string, got {value!r}")
+    text = str(value)
+    if not text or len(text) > 255:
+        raise ValueError(f"concurrency_key of {definition.name} must be 1-255 characters, "
+                         f"got {text!r}")
+    return text
+
+
+def _bound(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every argument by name (positional ones too, defaults applied)."""
+    values: dict[str, Any] = dict(kwargs)
+    params = _parameters(definition)
+    if params is not None:
+        sig = inspect.Signature(list(params.values()))
+        try:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            values = {**bound.arguments}
+            for p in params.values():
+                if p.kind == p.VAR_KEYWORD and p.name in values:
+                    values.update(values.pop(p.name))
+        except TypeError:
+            pass  # check_arguments reports arity problems
+    return values
+
+
+def format_check(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise a clear error when a format-string key cannot be built from this call."""
+    key = definition.concurrency_key
+    if isinstance(key, str):
+        try:
+            key.format(**_bound(definition, args, kwargs))
+        except (KeyError, IndexError, AttributeError) as exc:
+            raise ValueError(f"concurrency_key {key!r} of {definition.name}: this call has no "
+                             f"argument {exc}") from None
+
+
+def unique_key(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any],
+               given: str | None) -> str | None:
+    """``"<mode>:<task>:<key>"`` for a ``unique_while`` job (default key: a digest of
+    the arguments), else None. The mode prefix lets the claim free "pending" keys."""
+    mode = definition.unique_while
+    if mode is None:
+        if given is not None:
+            raise TypeError(f".using(unique_key=...) needs @job(unique_while=\"pending\" or "
+                            f"\"active\") on {definition.name}")
+        return None
+    if given is None:
+        text = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+        given = "args:" + hashlib.sha256(text.encode()).hexdigest()
+    return f"{mode}:{definition.name}:{given}"

@@ -1,0 +1,30 @@
+"""``manage.py pause_queue NAME...``: stop every worker from claiming from these queues."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_pgjobs.flow import pause_queue, resume_queue
+
+
+class Command(BaseCommand):
+    help = ("Pause queues: no worker claims from them (at once with LISTEN, else within "
+            "POLL_INTERVAL); running jobs finish and enqueueing still works.")
+    pause = True
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("names", nargs="+", metavar="NAME", help="queue names")
+        parser.add_argument("--database", default=None,
+                            help="database alias (default: PGJOBS['DATABASE'])")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        change = pause_queue if self.pause else resume_queue
+        try:
+            names = change(*options["names"], using=options["database"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        verb = "paused" if self.pause else "resumed"
+        for name in names:
+            self.stdout.write(f"{verb} queue {name}")

@@ -1,0 +1,140 @@
+"""The fault matrix's client process: one action per run, with the injector of
+``$PGJOBS_FAULT_PLAN`` installed (tests/settings.py does that).
+
+``python -m tests.faults.driver ACTION [JSON]`` prints one JSON line: ``{"ok": bool,
+"error": str | None, ...}``. Actions are what an application or an operator does:
+enqueue (with an idempotency key, retried once after an error as a caller should),
+enqueue_many, admin cancel / retry / pages, jobs_status, prune --dry-run,
+``testing.run_jobs``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Any
+
+
+def _admin_client() -> Any:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user_model = get_user_model()
+    user = user_model.objects.filter(username="fault-admin").first()
+    if user is None:
+        user = user_model.objects.create_superuser("fault-admin", "a@example.com", "pw")
+    client = Client(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+def _admin_action(action: str, ids: list[int]) -> dict[str, Any]:
+    client = _admin_client()
+    response = client.post("/admin/django_pgjobs/job/", {
+        "action": action, "_selected_action": [str(i) for i in ids], "index": "0"})
+    return {"ok": response.status_code in (200, 302), "status": response.status_code}
+
+
+def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
+    from django.core.management import call_command
+
+    from tests.testapp.jobs import fault_step
+
+    if action == "enqueue":
+        key = arg["key"]
+        first_error = None
+        for _ in range(2):
+            try:
+                job = fault_step.using(idempotency_key=key).enqueue()
+                return {"ok": True, "id": job.id, "error": first_error}
+            except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action == "enqueue_delayed":
+        first_error = None
+        for _ in range(2):
+            try:
+                job = fault_step.using(idempotency_key=arg["key"], delay=0.05).enqueue()
+                return {"ok": True, "id": job.id, "error": first_error}
+            except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action == "enqueue_twice":
+        ids = []
+        for _ in range(2):
+            try:
+                ids.append(fault_step.using(idempotency_key=arg["key"]).enqueue().id)
+            except Exception as exc:  # noqa: BLE001
+                return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "ids": ids}
+        return {"ok": True, "ids": ids}
+    if action == "enqueue_many":
+        try:
+            n = fault_step.enqueue_many([() for _ in range(arg["n"])])
+            return {"ok": True, "n": n}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if action in ("cancel_selected", "retry_selected"):
+        return _admin_action({"cancel_selected": "cancel_jobs", "retry_selected": "retry_now"}[action],
+                             arg["ids"])
+    if action == "admin_pages":
+        client = _admin_client()
+        codes = [client.get(path).status_code for path in arg["paths"]]
+        return {"ok": all(c == 200 for c in codes), "codes": codes}
+    if action == "jobs_status":
+        try:
+            call_command("jobs_status", stdout=io.StringIO())
+            return {"ok": True}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if action == "prune_dry_run":
+        try:
+            call_command("prune_jobs", "--dry-run", stdout=io.StringIO())
+            return {"ok": True}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if action == "tasks_enqueue":
+        from tests.tasks_backend.tasks import calculate_meaning_of_life
+
+        first_error = None
+        for _ in range(2):  # the Tasks API has no idempotency key: a retry may duplicate
+            try:
+                return {"ok": True, "id": int(calculate_meaning_of_life.enqueue().id),
+                        "error": first_error}
+            except Exception as exc:  # noqa: BLE001
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action == "tasks_get_result":
+        from django.tasks import task_backends
+
+        from tests.tasks_backend.tasks import calculate_meaning_of_life
+
+        backend = task_backends["default"]
+        job_id = int(calculate_meaning_of_life.enqueue().id)
+        try:
+            status = str(backend.get_result(str(job_id)).status)
+            return {"ok": True, "id": job_id, "status": status}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "id": job_id, "error": f"{type(exc).__name__}: {exc}"}
+    if action == "run_jobs":
+        from django_pgjobs.testing import run_jobs
+
+        try:
+            ran = run_jobs()
+            return {"ok": True, "ran": [[r.id, r.status] for r in ran]}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    raise SystemExit(f"unknown action {action!r}")
+
+
+def main() -> None:
+    import django
+
+    django.setup()
+    action = sys.argv[1]
+    arg = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    print("DRIVER-RESULT " + json.dumps(run(action, arg)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

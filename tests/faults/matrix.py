@@ -1,0 +1,438 @@
+"""The statement x fault matrix: rows (a statement as one caller issues it), the
+workloads that make each caller issue it, and the invariants checked afterwards.
+
+Every scenario runs real processes on the fault suite's cluster: ``runjobs``
+subprocesses (worker, reaper, pruner, cron ticker) or the driver
+(``tests/faults/driver.py``: enqueue, admin, jobs_status, ``testing.run_jobs``),
+with the injector of ``tests/faults/injector.py`` installed through
+``$PGJOBS_FAULT_PLAN``. Short timings (heartbeat 0.5 s, stale after 2 s,
+concurrency 1 so completion batches hold one job each) keep a cell to seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.conftest import ROOT, WorkerProcess, wait_until
+from tests.faults.conftest import Workers, django_env
+
+STEP = "tests.testapp.jobs.fault_step"
+ATOMIC = "tests.testapp.jobs.fault_atomic"
+FINAL = ("completed", "dead", "cancelled")
+#: A fresh job must complete within this after a scenario (the queue is not wedged).
+FRESH_DEADLINE = 10.0
+SETTLE_DEADLINE = 12.0
+
+INVARIANTS = (
+    ("fired", "the fault was injected"),
+    ("not_lost", "no committed job lost"),
+    ("once", "none completed twice"),
+    ("bounded", "no job pending with attempts above its bound"),
+    ("not_wedged", "no queue wedged (a fresh job completes)"),
+    ("no_false_fence", "no false job_fenced"),
+    ("one_success_signal", "every completed job got exactly one success signal"),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One statement as one caller issues it."""
+
+    label: str
+    statement: str           # "sql.NAME", "orm:..." or "*read" (every read-only statement)
+    kind: str                # worker | shutdown | cron | driver
+    skip: int = 0            # matching calls let through before the fault
+    args: tuple[str, ...] = ()
+    action: str = ""         # driver action
+    times: int = 1
+    django6: bool = False    # the Tasks backend: Django >= 6.0 only
+    linger: float = 0.0      # ambiguous: seconds between the commit and the error
+
+    @property
+    def id(self) -> str:
+        return self.label.replace(" ", "-").replace(":", "").replace("(", "").replace(")", "")
+
+
+ROWS: tuple[Row, ...] = (
+    Row("worker: claim, every queue", "sql.JOB_CLAIM_ALL", "worker"),
+    Row("worker: claim, one queue", "sql.JOB_CLAIM_ONE_QUEUE", "worker",
+        args=("--queues", "default")),
+    Row("worker: claim, several queues", "sql.JOB_CLAIM_QUEUES", "worker",
+        args=("--queues", "default,other")),
+    Row("worker: complete (atomic job, in its transaction)", "sql.JOB_COMPLETE_MANY", "worker"),
+    Row("worker: complete (completer)", "sql.JOB_COMPLETE_MANY", "worker", skip=1),
+    Row("worker: stored result of a key", "sql.RESULT_BY_KEY", "worker"),
+    # The reply is lost for 1.5 s: long enough for the retried job to be claimed again
+    # before the completer redoes its write (a longer outage does the same).
+    Row("worker: retry (reply lost for 1.5 s)", "sql.JOB_RETRY", "worker", linger=1.5),
+    Row("worker: dead-letter", "sql.JOB_DEAD", "worker"),
+    Row("worker: heartbeat", "sql.JOB_HEARTBEAT", "worker"),
+    Row("worker: register", "sql.WORKER_UPSERT", "worker"),
+    Row("worker: worker row refresh", "sql.WORKER_UPSERT", "worker", skip=1),
+    Row("worker: unregister at exit", "sql.WORKER_DELETE", "worker"),
+    Row("worker: release at shutdown", "sql.JOB_RELEASE", "shutdown"),
+    Row("worker: give up a timed-out run", "sql.JOB_TIMED_OUT", "timeout"),
+    Row("worker: dead-letter rows with no attempts left", "sql.JOB_DEAD_EXHAUSTED", "exhausted"),
+    Row("reaper: reclaim stale", "sql.JOB_REAP_STALE", "worker"),
+    Row("reaper: forget stale workers", "sql.WORKER_FORGET_STALE", "worker"),
+    Row("pruner: delete a batch", "sql.JOB_PRUNE_BATCH", "worker"),
+    Row("cron ticker: enqueue a fire time", "sql.JOB_INSERT", "cron"),
+    Row("enqueue (retried once by the caller)", "sql.JOB_INSERT", "driver", action="enqueue"),
+    Row("enqueue with a delay (retried once)", "sql.JOB_INSERT_DELAYED", "driver",
+        action="enqueue_delayed"),
+    Row("enqueue: existing key", "sql.JOB_BY_KEY", "driver", action="enqueue_twice"),
+    Row("enqueue_many: notify after COPY", "sql.JOB_NOTIFY", "driver", action="enqueue_many"),
+    Row("admin: cancel", "sql.JOB_CANCEL", "driver", action="cancel_selected"),
+    Row("admin: retry", "sql.JOB_RETRY_NOW", "driver", action="retry_selected"),
+    Row("run_jobs: claim", "sql.JOB_CLAIM_ALL", "driver", action="run_jobs"),
+    Row("run_jobs: complete", "sql.JOB_COMPLETE_MANY", "driver", action="run_jobs"),
+    Row("run_jobs: retry", "sql.JOB_RETRY", "driver", action="run_jobs"),
+    Row("run_jobs: dead-letter", "sql.JOB_DEAD", "driver", action="run_jobs"),
+    Row("Tasks backend: enqueue (retried once)", "sql.JOB_INSERT", "driver",
+        action="tasks_enqueue", django6=True),
+    Row("Tasks backend: get_result, every read", "*read", "driver", action="tasks_get_result",
+        times=0, django6=True),
+    Row("admin pages: every read", "*read", "driver", action="admin_pages", times=0),
+    Row("jobs_status: every read", "*read", "driver", action="jobs_status", times=0),
+    Row("prune --dry-run: every read", "*read", "driver", action="prune_dry_run", times=0),
+)
+
+#: Statements of sql.py no runtime caller issues (DDL of migrations, unused).
+NOT_RUNTIME = {
+    "sql.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
+    "sql.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
+    "sql.JOB_LEASE_CHECK": "not used by the package (atomic jobs fence through "
+                           "JOB_COMPLETE_MANY in their transaction)",
+}
+
+
+@dataclass
+class Scenario:
+    """State of one cell while it runs."""
+
+    row: Row
+    mode: str
+    db: psycopg.Connection
+    workers: Workers
+    tmp: Path
+    expected: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    atomic_ids: set[int] = field(default_factory=set)
+    driver_result: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def plan_path(self) -> Path:
+        return self.tmp / "plan.json"
+
+    @property
+    def signals_path(self) -> Path:
+        return self.tmp / "signals.jsonl"
+
+    @property
+    def fired_path(self) -> Path:
+        return self.tmp / "fired.jsonl"
+
+    def write_plan(self) -> None:
+        self.plan_path.write_text(json.dumps({
+            "statement": self.row.statement, "mode": self.mode, "skip": self.row.skip,
+            "times": self.row.times, "linger": self.row.linger, "fired": str(self.fired_path),
+            "signals": str(self.signals_path)}))
+
+    def clean_plan(self) -> Path:
+        """A plan that only records signals (for the clean processes)."""
+        path = self.tmp / "clean-plan.json"
+        path.write_text(json.dumps({"signals": str(self.signals_path)}))
+        return path
+
+    # -- workloads -------------------------------------------------------------------
+
+    def insert(self, task: str, *, kwargs: dict[str, Any] | None = None, priority: int = 0,
+               key: str | None = None, max_attempts: int = 5, queue: str = "default",
+               allowed: tuple[str, ...] = ("completed",), extra: str = "") -> int:
+        cols = "task, args, kwargs, priority, idempotency_key, max_attempts, queue, run_at"
+        vals = "%s, '[]'::jsonb, %s::jsonb, %s, %s, %s, %s, now()"
+        params: list[Any] = [task, json.dumps(kwargs or {}), priority, key, max_attempts, queue]
+        if extra:
+            cols += ", status, attempts, lease, worker, started_at, heartbeat_at, finished_at"
+            vals += f", {extra}"
+        row = self.db.execute(f"INSERT INTO django_pgjobs_job ({cols}) VALUES ({vals})"
+                              " RETURNING id", params).fetchone()
+        assert row is not None
+        job_id = int(row[0])
+        self.expected[job_id] = allowed
+        if task == ATOMIC:
+            self.atomic_ids.add(job_id)
+        return job_id
+
+    def standard_workload(self) -> None:
+        """Jobs that make a worker issue every statement once, in priority order."""
+        self.insert(ATOMIC, priority=60)
+        self.insert(STEP, priority=50)
+        self.insert(STEP, priority=40, key="fault-key", max_attempts=1,
+                    allowed=("completed", "dead"))
+        self.insert(STEP, priority=30, kwargs={"mode": "raise"})
+        # discard_on on its first attempt only: a lost first attempt may complete later.
+        self.insert(STEP, priority=20, kwargs={"mode": "discard"}, allowed=("dead", "completed"))
+        self.insert(STEP, priority=10, kwargs={"hold": 0.8})
+        # A job whose worker vanished an hour ago (the reaper's work) ...
+        self.insert(STEP, priority=0, extra="'running', 1, 1, 'ghost', now() - interval '1 hour',"
+                                            " now() - interval '1 hour', NULL")
+        # ... and one finished long ago (the pruner's).
+        old = self.insert(STEP, allowed=("completed", "gone"),
+                          extra="'completed', 1, 1, 'ghost', now() - interval '60 days',"
+                                " now() - interval '60 days', now() - interval '60 days'")
+        self.db.execute("INSERT INTO django_pgjobs_worker (id, host, pid, queues, concurrency,"
+                        " started_at, last_seen) VALUES ('ghost', 'h', 1, '[\"*\"]', 1,"
+                        " now() - interval '1 hour', now() - interval '1 hour')")
+        self.notes.append(f"old completed job {old} may be pruned")
+
+    # -- processes -------------------------------------------------------------------
+
+    def start_worker(self, *args: str, plan: Path | None = None, settings: str = "tests.settings",
+                     **env: str) -> WorkerProcess:
+        return self.workers.start("--concurrency", "1", *args,
+                                  PGJOBS_FAULT_PLAN=str(plan or self.plan_path),
+                                  DJANGO_SETTINGS_MODULE=settings, **env)
+
+    def run_driver(self, action: str, arg: dict[str, Any], plan: Path) -> dict[str, Any]:
+        env = django_env(self.workers.url, PGJOBS_FAULT_PLAN=str(plan))
+        proc = subprocess.run([sys.executable, "-m", "tests.faults.driver", action,
+                               json.dumps(arg)], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+        for line in proc.stdout.splitlines():
+            if line.startswith("DRIVER-RESULT "):
+                return dict(json.loads(line.removeprefix("DRIVER-RESULT ")))
+        raise AssertionError(f"driver {action} printed no result (rc={proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+    def settle(self, timeout: float = SETTLE_DEADLINE) -> bool:
+        """Wait until every expected job is final (or pruned, where allowed)."""
+        def done() -> bool:
+            rows = dict(self.db.execute(
+                "SELECT id, status FROM django_pgjobs_job WHERE id = ANY(%s)",
+                [list(self.expected)]).fetchall())
+            return all(rows.get(i, "gone") in (*FINAL, "gone") for i in self.expected)
+        try:
+            wait_until(done, timeout=timeout, interval=0.1, message="workload settled")
+            return True
+        except AssertionError:
+            return False
+
+    def fresh_job_completes(self) -> bool:
+        job_id = self.insert(STEP, priority=100)
+        self.db.execute("SELECT pg_notify('pgjobs', 'default')")
+        try:
+            wait_until(lambda: self.status(job_id) == "completed", timeout=FRESH_DEADLINE,
+                       interval=0.1, message=f"fresh job {job_id} completed")
+            return True
+        except AssertionError:
+            return False
+
+    def status(self, job_id: int) -> str:
+        row = self.db.execute("SELECT status FROM django_pgjobs_job WHERE id = %s",
+                              [job_id]).fetchone()
+        return "gone" if row is None else str(row[0])
+
+    def fired(self) -> list[dict[str, Any]]:
+        if not self.fired_path.exists():
+            return []
+        return [json.loads(x) for x in self.fired_path.read_text().splitlines() if x]
+
+    def signals(self) -> list[dict[str, Any]]:
+        if not self.signals_path.exists():
+            return []
+        return [json.loads(x) for x in self.signals_path.read_text().splitlines() if x]
+
+    # -- invariants ------------------------------------------------------------------
+
+    def check(self, *, not_wedged: bool) -> dict[str, str]:
+        """Each invariant: "ok" or what broke it."""
+        out: dict[str, str] = {}
+        out["fired"] = "ok" if self.fired() else "the statement was never issued"
+        rows = {r[0]: r for r in self.db.execute(
+            "SELECT id, status, attempts, max_attempts, lease, task FROM django_pgjobs_job")}
+        lost = []
+        for job_id, allowed in self.expected.items():
+            status = rows[job_id][1] if job_id in rows else "gone"
+            if status not in allowed:
+                lost.append(f"{job_id}:{status} (expected {'/'.join(allowed)})")
+        for job_id, row in rows.items():
+            if job_id not in self.expected and row[1] not in ("completed", "pending"):
+                lost.append(f"{job_id}:{row[1]}")
+        out["not_lost"] = "ok" if not lost else "; ".join(lost)
+        signals = self.signals()
+        succeeded: dict[int, int] = {}
+        for s in signals:
+            if s["signal"] == "job_succeeded":
+                succeeded[s["job_id"]] = succeeded.get(s["job_id"], 0) + 1
+        twice = [f"{j}: {n} success signals" for j, n in succeeded.items() if n > 1]
+        for job_id in self.atomic_ids:
+            n = self.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s AND"
+                                " lease = (SELECT lease FROM django_pgjobs_job WHERE id = %s)",
+                                [job_id, job_id]).fetchone()[0]
+            total = self.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s",
+                                    [job_id]).fetchone()[0]
+            if job_id in rows and rows[job_id][1] == "completed" and (n != 1 or total != 1):
+                twice.append(f"atomic {job_id}: {total} effect rows")
+        out["once"] = "ok" if not twice else "; ".join(twice)
+        over = [f"{j}: pending {r[2]}/{r[3]}" for j, r in rows.items()
+                if r[1] == "pending" and r[2] >= r[3]]
+        out["bounded"] = "ok" if not over else "; ".join(over)
+        out["not_wedged"] = "ok" if not_wedged else "a fresh job did not complete in time"
+        fenced = [f"{s['job_id']} ({s.get('write')})" for s in signals
+                  if s["signal"] == "job_fenced"]
+        out["no_false_fence"] = "ok" if not fenced else "job_fenced for " + ", ".join(fenced)
+        missing = [f"{j}: {succeeded.get(j, 0)}" for j, r in rows.items()
+                   if r[1] == "completed" and succeeded.get(j, 0) != 1
+                   and not (j in self.expected and "gone" in self.expected[j])]
+        # Tasks jobs: task_finished(SUCCESSFUL) exactly once, and only for completed jobs.
+        finished: dict[int, int] = {}
+        for sig in signals:
+            if sig["signal"] == "task_finished" and sig.get("status") == "SUCCESSFUL":
+                finished[sig["job_id"]] = finished.get(sig["job_id"], 0) + 1
+        for job_id, n in finished.items():
+            status = rows[job_id][1] if job_id in rows else "gone"
+            if (status == "completed") != (n == 1) or n > 1:
+                missing.append(f"{job_id}: {n} task_finished(SUCCESSFUL), status {status}")
+        out["one_success_signal"] = ("ok" if not missing else
+                                     "success signals per completed job " + ", ".join(missing))
+        return out
+
+
+def run_worker_cell(s: Scenario) -> dict[str, str]:
+    s.standard_workload()
+    s.write_plan()
+    settings = "tests.settings"
+    env: dict[str, str] = {}
+    if s.row.kind == "cron":
+        settings = "tests.cron_settings"
+        env["PGJOBS_TEST_CRON"] = json.dumps({"fault-tick": {
+            "task": STEP, "schedule": "* * * * * *", "args": []}})
+    worker = s.start_worker(*s.row.args, settings=settings, **env)
+    settled = s.settle()
+    if not settled:
+        s.notes.append("workload did not settle")
+    fresh = s.fresh_job_completes()
+    stop(s, worker)
+    return s.check(not_wedged=fresh)
+
+
+def run_timeout_cell(s: Scenario) -> dict[str, str]:
+    """A run longer than its timeout: the worker gives it up (lease bumped) twice."""
+    job = s.insert(STEP, kwargs={"hold": 1.0}, max_attempts=2, allowed=("dead",))
+    s.db.execute("UPDATE django_pgjobs_job SET timeout = 0.3 WHERE id = %s", [job])
+    return _run_simple_worker_cell(s)
+
+
+def run_exhausted_cell(s: Scenario) -> dict[str, str]:
+    """A pending row whose attempts are used up (an older version, or by hand): the
+    claim fails on the CHECK, and the worker dead-letters the row."""
+    s.insert(STEP, max_attempts=1, allowed=("dead",),
+             extra="'pending', 1, 1, NULL, NULL, NULL, NULL")
+    s.insert(STEP)
+    return _run_simple_worker_cell(s)
+
+
+def _run_simple_worker_cell(s: Scenario) -> dict[str, str]:
+    s.write_plan()
+    worker = s.start_worker()
+    if not s.settle():
+        s.notes.append("workload did not settle")
+    fresh = s.fresh_job_completes()
+    stop(s, worker)
+    return s.check(not_wedged=fresh)
+
+
+def run_shutdown_cell(s: Scenario) -> dict[str, str]:
+    job = s.insert(STEP, kwargs={"hold": 3.0})
+    s.write_plan()
+    worker = s.start_worker(PGJOBS_TEST_SHUTDOWN_TIMEOUT="0.3")
+    wait_until(lambda: s.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s",
+                                    [job]).fetchone()[0] > 0, timeout=20, message="job started")
+    worker.signal(15)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        s.notes.append("worker did not exit on SIGTERM")
+    clean = s.start_worker(plan=s.clean_plan())
+    s.settle()
+    fresh = s.fresh_job_completes()
+    stop(s, clean)
+    return s.check(not_wedged=fresh)
+
+
+def stop(s: Scenario, worker: WorkerProcess) -> None:
+    """SIGTERM and wait: every signal is sent before the invariants are read."""
+    worker.signal(15)
+    try:
+        rc = worker.wait(timeout=20)
+        if rc != 0:
+            s.notes.append(f"worker exit code {rc}")
+    except subprocess.TimeoutExpired:
+        s.notes.append("worker did not exit on SIGTERM")
+
+
+def run_driver_cell(s: Scenario) -> dict[str, str]:
+    action = s.row.action
+    arg: dict[str, Any] = {}
+    if action in ("enqueue", "enqueue_delayed"):
+        arg = {"key": "driver-key"}
+    elif action == "enqueue_twice":
+        arg = {"key": "driver-key"}
+    elif action == "enqueue_many":
+        arg = {"n": 3}
+    elif action == "cancel_selected":
+        arg = {"ids": [s.insert(STEP, allowed=("cancelled", "completed"))]}
+    elif action == "retry_selected":
+        dead = s.insert(STEP, allowed=("completed", "dead"),
+                        extra="'dead', 5, 3, 'ghost', now(), now(), now()")
+        arg = {"ids": [dead]}
+    elif action == "run_jobs":
+        s.insert(STEP, priority=50)
+        s.insert(STEP, priority=40, kwargs={"mode": "raise"})
+        s.insert(STEP, priority=30, kwargs={"mode": "discard"}, allowed=("dead", "completed"))
+    elif action == "admin_pages":
+        job = s.insert(STEP, allowed=("completed",))
+        arg = {"paths": ["/admin/django_pgjobs/job/", f"/admin/django_pgjobs/job/{job}/change/",
+                         "/admin/django_pgjobs/job/overview/",
+                         "/admin/django_pgjobs/job/?status__exact=dead"]}
+    else:
+        s.insert(STEP, allowed=("completed",))
+    s.write_plan()
+    s.driver_result = s.run_driver(action, arg, s.plan_path)
+    s.notes.append(f"driver: {s.driver_result}")
+    # Every row the client was told about must exist; then a clean worker drains.
+    for job_id in [s.driver_result.get("id"), *s.driver_result.get("ids", [])]:
+        if job_id:
+            s.expected[int(job_id)] = ("completed",)
+    if action.startswith("enqueue"):
+        for (job_id,) in s.db.execute("SELECT id FROM django_pgjobs_job").fetchall():
+            s.expected.setdefault(job_id, ("completed",))
+        if action == "enqueue_many" and s.driver_result.get("ok"):
+            n = s.db.execute("SELECT count(*) FROM django_pgjobs_job").fetchone()[0]
+            if n != 3:
+                s.notes.append(f"enqueue_many said ok but {n} rows exist")
+                s.expected[-1] = ("present",)  # forces not_lost to fail
+    clean = s.start_worker(plan=s.clean_plan())
+    s.settle()
+    fresh = s.fresh_job_completes()
+    stop(s, clean)
+    return s.check(not_wedged=fresh)
+
+
+def run_cell(s: Scenario) -> dict[str, str]:
+    runner = {"worker": run_worker_cell, "cron": run_worker_cell,
+              "shutdown": run_shutdown_cell, "driver": run_driver_cell,
+              "timeout": run_timeout_cell, "exhausted": run_exhausted_cell}[s.row.kind]
+    started = time.monotonic()
+    result = runner(s)
+    s.notes.append(f"{time.monotonic() - started:.1f}s")
+    return result

@@ -1,0 +1,51 @@
+"""Jobs of the flow-control tests (imported through PGJOBS["JOB_MODULES"], not an
+app's ``jobs`` module). Each returns its own start and end time (time.time(): all
+workers run on this host), so a test reads overlaps from the stored results."""
+
+from __future__ import annotations
+
+import time
+
+from django_pgjobs import job
+
+
+def timed(seconds: float) -> dict[str, float]:
+    start = time.time()
+    time.sleep(seconds)
+    return {"start": start, "end": time.time()}
+
+
+@job(queue="flow-limited")
+def limited(i: int, seconds: float) -> dict[str, float]:
+    return timed(seconds)
+
+
+@job(queue="flow-rated")
+def rated(i: int) -> dict[str, float]:
+    return timed(0)
+
+
+@job(queue="flow-held")
+def held(i: int) -> dict[str, float]:
+    return timed(0.05)
+
+
+@job(queue="flow-flowing")
+def flowing(i: int) -> dict[str, float]:
+    return timed(0.05)
+
+
+@job(unique_while="active")
+def refresh_account(account_id: int) -> None:
+    return None
+
+
+@job(unique_while="pending", queue="flow-unique")
+def rebuild_index(name: str, seconds: float = 0.0) -> dict[str, float]:
+    return timed(seconds)
+
+
+@job(queue="flow-deploy")
+def new_in_this_release(i: int) -> dict[str, float]:
+    """Unknown to a worker started with PGJOBS_TEST_OLD_WORKER=1."""
+    return timed(0.01)
