@@ -53,8 +53,11 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
             outcome.kind = "dead"  # attempts used up meanwhile (the statement decides)
         return status is not None
     if outcome.kind == "retry":
-        return sql.retry(connection, id=claimed.id, lease=claimed.lease, delay=outcome.delay,
-                         error=outcome.error)
+        status = sql.retry_status(connection, id=claimed.id, lease=claimed.lease,
+                                  delay=outcome.delay, error=outcome.error)
+        if status == "dead":
+            outcome.kind = "dead"  # the attempts guard dead-lettered it: report that
+        return status is not None
     return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
 
 

@@ -404,13 +404,29 @@ def keep_newest(array: str) -> str:
             "jsonb_build_object('n', %(keep)s::int))")
 
 
+# Recognising our own earlier committed write (its reply was lost, the write is
+# redone): every error entry a worker writes is unique (its worker id and an
+# ``at`` time taken client-side with microseconds), so "the row's errors contain
+# our entry" means "this very write committed", even after the job was claimed
+# again by another worker (the lease moved on). Matched by primary key and
+# containment, so it stays cheap. ``%(mark)s`` is NULL for an entry without
+# ``at``: then only the same-lease check recognises it. Corner case: entries are
+# trimmed to the MAX_ERRORS_KEPT newest; ours is the newest when written, so it
+# is only lost if that many later failures were recorded before the redo, and
+# then the redo is reported as fenced (it changes nothing either way).
+def _ours_already(statuses: str) -> str:
+    return f"""(lease = %(lease)s AND status IN ({statuses}) AND last_error = %(last_error)s)
+        OR errors @> %(mark)s::jsonb"""
+
+
 # A failed attempt with attempts left: back to pending after the backoff delay.
 # Guarded by attempts: a row whose attempts are used up is dead-lettered instead,
 # whatever the caller decided, so no row is ever pending with attempts =
 # max_attempts (its next claim would violate attempts_in_bounds and fail the whole
-# claim statement). The second SELECT recognises our own earlier committed write
-# (same lease, already pending or dead): a retried write reports success once
-# more instead of "fenced".
+# claim statement). Returns the status our write gave the row. The second SELECT
+# recognises our own earlier committed write (see _ours_already): a redone write
+# reports that status once more instead of "fenced". The statement's snapshot
+# predates ``upd``, so a row is never returned twice.
 JOB_RETRY = f"""
 WITH upd AS (
     UPDATE {JOB}
@@ -421,14 +437,16 @@ WITH upd AS (
            errors = {keep_newest("errors || %(error)s::jsonb")},
            last_error = %(last_error)s
      WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-    RETURNING id
+    RETURNING status
 )
-SELECT id FROM upd
+SELECT status FROM upd
 UNION ALL
-SELECT id FROM {JOB}
- WHERE id = %(id)s AND lease = %(lease)s
-   AND status IN ('{JobStatus.PENDING}', '{JobStatus.DEAD}')
-   AND last_error = %(last_error)s
+SELECT CASE WHEN lease = %(lease)s AND status <> '{JobStatus.RUNNING}' THEN status
+            WHEN %(attempt)s::int < max_attempts THEN '{JobStatus.PENDING}'
+            ELSE '{JobStatus.DEAD}' END
+  FROM {JOB}
+ WHERE id = %(id)s
+   AND ({_ours_already(f"'{JobStatus.PENDING}', '{JobStatus.DEAD}'")})
 """
 
 # A failed attempt with none left (or discard_on / unknown task): dead letter.
@@ -446,8 +464,7 @@ WITH upd AS (
 SELECT id FROM upd
 UNION ALL
 SELECT id FROM {JOB}
- WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.DEAD}'
-   AND last_error = %(last_error)s
+ WHERE id = %(id)s AND ({_ours_already(f"'{JobStatus.DEAD}'")})
 """
 
 # A claim statement failed with a data error (a CHECK violation): the only row
@@ -476,18 +493,30 @@ RETURNING j.id, j.task
 # Give up on a run that exceeded its timeout: the lease is bumped (anything the
 # abandoned run writes later is fenced), and the job goes back to pending after
 # the backoff, or to dead when its attempts are used up. Fenced by the lease we
-# claimed; returns the new status.
+# claimed; returns the new status. The lease bump means a redo of this write
+# (reply lost) can never match the lease again: it recognises its own committed
+# write by its error entry instead (see _ours_already) and returns the status
+# that write gave the row.
 JOB_TIMED_OUT = f"""
-UPDATE {JOB}
-   SET lease = lease + 1,
-       status = CASE WHEN attempts < max_attempts AND %(retry)s
-                     THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
-       finished_at = CASE WHEN attempts < max_attempts AND %(retry)s THEN NULL ELSE now() END,
-       run_at = now() + make_interval(secs => %(delay)s),
-       errors = {keep_newest("errors || %(error)s::jsonb")},
-       last_error = %(last_error)s
- WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-RETURNING status
+WITH upd AS (
+    UPDATE {JOB}
+       SET lease = lease + 1,
+           status = CASE WHEN attempts < max_attempts AND %(retry)s
+                         THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+           finished_at = CASE WHEN attempts < max_attempts AND %(retry)s
+                              THEN NULL ELSE now() END,
+           run_at = now() + make_interval(secs => %(delay)s),
+           errors = {keep_newest("errors || %(error)s::jsonb")},
+           last_error = %(last_error)s
+     WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
+    RETURNING status
+)
+SELECT status FROM upd
+UNION ALL
+SELECT CASE WHEN %(attempt)s::int < max_attempts AND %(retry)s
+            THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END
+  FROM {JOB}
+ WHERE id = %(id)s AND errors @> %(mark)s::jsonb
 """
 
 # Graceful shutdown: hand an unfinished job back without counting the attempt.
@@ -901,17 +930,35 @@ def _fenced(connection: BaseDatabaseWrapper, statement: str, params: dict[str, A
 def retry(
     connection: BaseDatabaseWrapper, *, id: int, lease: int, delay: float, error: dict[str, Any]
 ) -> bool:
-    return _fenced(connection, JOB_RETRY, {
-        "id": id, "lease": lease, "delay": delay,
-        "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep(),
-    })
+    return retry_status(connection, id=id, lease=lease, delay=delay, error=error) is not None
+
+
+def retry_status(
+    connection: BaseDatabaseWrapper, *, id: int, lease: int, delay: float, error: dict[str, Any]
+) -> str | None:
+    """Write a retry; the status it gave the row ("pending", or "dead" when the
+    attempts guard dead-lettered it), or None when the lease was no longer ours."""
+    with hot_cursor(connection) as cursor:
+        cursor.execute(JOB_RETRY, {"id": id, "lease": lease, "delay": delay,
+                                   "keep": _keep(), **_error_params(error)})
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
-    return _fenced(connection, JOB_DEAD, {
-        "id": id, "lease": lease, "error": json.dumps([error]), "last_error": _last_error(error),
-        "keep": _keep(),
-    })
+    return _fenced(connection, JOB_DEAD, {"id": id, "lease": lease, "keep": _keep(),
+                                          **_error_params(error)})
+
+
+def _error_params(error: dict[str, Any]) -> dict[str, Any]:
+    """The error entry to append, and the parts that make it unique (``mark``, for
+    recognising our own earlier committed write; NULL when it has no ``at``)."""
+    mark = None
+    if error.get("at") is not None:
+        mark = json.dumps([{k: error.get(k) for k in ("attempt", "at", "worker")}])
+    attempt = error.get("attempt")
+    return {"error": json.dumps([error]), "last_error": _last_error(error), "mark": mark,
+            "attempt": attempt if isinstance(attempt, int) else None}
 
 
 def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
@@ -933,8 +980,8 @@ def timed_out(connection: BaseDatabaseWrapper, *, id: int, lease: int, retry: bo
     the lease was no longer ours."""
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_TIMED_OUT, {
-            "id": id, "lease": lease, "retry": retry, "delay": delay,
-            "error": json.dumps([error]), "last_error": _last_error(error), "keep": _keep()})
+            "id": id, "lease": lease, "retry": retry, "delay": delay, "keep": _keep(),
+            **_error_params(error)})
         row = cursor.fetchone()
     return None if row is None else str(row[0])
 
