@@ -515,29 +515,45 @@ class JobAdmin(admin.ModelAdmin):
         return ids
 
     def _apply(self, request: HttpRequest, queryset: QuerySet[Job], verb: str,
-               statement: Callable[[Any, list[int]], set[int]]) -> None:
+               statement: Callable[[Any, list[int]], set[int]],
+               held: dict[int, int] | None = None) -> None:
+        """Run ``statement`` over the selection in chunks and say what it did. ``held``
+        (filled by the statement) names jobs skipped because their unique_while key is
+        held by another job; every other skipped job had moved on."""
         ids = self._selected_ids(request, queryset)
         connection = connections[queryset.db]
         changed: set[int] = set()
+        held = {} if held is None else held
         for start in range(0, len(ids), ACTION_CHUNK):
             changed |= statement(connection, ids[start : start + ACTION_CHUNK])
-        skipped = [i for i in ids if i not in changed]
+        skipped = [i for i in ids if i not in changed and i not in held]
         text = f"{verb} {len(changed)} job{'s' if len(changed) != 1 else ''}"
+        if held:
+            detail = ", ".join(f"#{i} (held by #{held[i]})" for i in sorted(held, reverse=True)[:20])
+            more = f" and {len(held) - 20} more" if len(held) > 20 else ""
+            text += (f"; skipped {len(held)} whose unique key is held by another pending or "
+                     f"running job ({detail}{more})")
         if skipped:
             moved = Job.objects.using(queryset.db).filter(id__in=skipped[:20]).values_list(
                 "id", "status")
             detail = ", ".join(f"#{i} is {s}" for i, s in sorted(moved, reverse=True))
             more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
             text += (f"; skipped {len(skipped)} whose state had moved on ({detail}{more})")
-        level = messages.SUCCESS if changed and not skipped else messages.WARNING
+        level = messages.SUCCESS if changed and not skipped and not held else messages.WARNING
         self.message_user(request, text + ".", level)
 
     @admin.action(description="Retry now (dead, cancelled or stuck → pending)",
                   permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         stale_after = get_settings().STALE_AFTER
-        self._apply(request, queryset, "Retried",
-                    lambda c, ids: sql.retry_now(c, ids, stale_after=stale_after))
+        held: dict[int, int] = {}
+
+        def statement(connection: Any, ids: list[int]) -> set[int]:
+            result = sql.retry_jobs(connection, ids, stale_after=stale_after)
+            held.update(result.held)
+            return result.changed
+
+        self._apply(request, queryset, "Retried", statement, held)
 
     @admin.action(description="Cancel (pending or running → cancelled)", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

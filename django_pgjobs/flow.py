@@ -24,6 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import registry, sql
 from .conf import get_settings, suggest
+from .safetext import printable
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -188,7 +189,7 @@ class FlowState:
     """
 
     def __init__(self, queues: Sequence[str] | None, tasks: Sequence[str] | None = None,
-                 *, refresh: float | None = None):
+                 *, refresh: float | None = None, known_only: bool = False):
         self.queues = list(queues) if queues else None
         definitions = registry.all_definitions()
         names = sorted(d.name for d in definitions) if tasks is None else sorted(tasks)
@@ -199,6 +200,9 @@ class FlowState:
         # Set once a claim returned a job of a task this worker does not know (deploy
         # skew): from then on the fast path filters by task too (see claim()).
         self.skew_seen = False
+        # known_only: always claim with the known-task filter, so a job of an unknown
+        # task is never touched, not even given back (testing.run_jobs).
+        self.known_only = known_only
         self.refresh = get_settings().POLL_INTERVAL if refresh is None else refresh
         self._loaded_at: float | None = None
         self.limits: dict[str, QueueLimits] = {}
@@ -226,7 +230,7 @@ class FlowState:
                 # Pause alone needs no lock: leave the paused queues out of the list.
                 paused = {q.name for q in in_scope if q.paused}
                 queues = [q for q in queues if q not in paused]
-        filtered = limited or self.skew_seen
+        filtered = limited or self.skew_seen or self.known_only
         return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
 
     def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[sql.Claimed]:
@@ -252,7 +256,7 @@ class FlowState:
                     "worker %s gave back %d job(s) of task(s) it does not know (%s), uncounted; "
                     "they wait for a worker that registers them (a rolling deploy?) and this "
                     "worker now claims only its own tasks. %s", worker, len(unknown),
-                    ", ".join(sorted({c.task for c in unknown})), _discovery_hint())
+                    ", ".join(sorted({printable(c.task) for c in unknown})), _discovery_hint())
                 claimed = [c for c in claimed if c.task in self._known]
         return claimed
 

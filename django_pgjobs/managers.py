@@ -7,6 +7,7 @@ method is also a manager method without hand forwarding.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,9 @@ from .states import TERMINAL, JobStatus
 
 if TYPE_CHECKING:
     from .models import Job
+    from .sql import Retried as sql_Retried
+
+logger = logging.getLogger("django_pgjobs")
 
 #: Most ids one fenced retry/cancel statement receives (the admin actions use the same).
 CHUNK = 1_000
@@ -59,10 +63,27 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Put the selected dead, cancelled or stuck jobs back to pending, due now, attempts
         reset, lease bumped (a stuck job's zombie is fenced) — the admin's Retry action.
         Other jobs in the selection are left alone. Returns how many jobs changed."""
+        return len(self.retry_detailed(stale_after=stale_after).changed)
+
+    def retry_detailed(self, *, stale_after: float | None = None) -> sql_Retried:
+        """``retry()``, also saying which jobs were skipped because their
+        ``unique_while`` key is held by another pending or running job (SPEC §11: like a
+        second enqueue of the key, such a retry writes nothing): ``.changed`` is the set
+        of retried ids, ``.held`` maps each skipped id to the id of the holder."""
         from . import sql
 
         seconds = _stale(stale_after)
-        return self._apply(lambda c, ids: sql.retry_now(c, ids, stale_after=seconds))
+        held: dict[int, int] = {}
+
+        def statement(connection: Any, ids: list[int]) -> set[int]:
+            result = sql.retry_jobs(connection, ids, stale_after=seconds)
+            held.update(result.held)
+            return result.changed
+
+        changed: set[int] = set().union(*self._apply_each(statement))
+        for job_id, holder in sorted(held.items()):
+            logger.warning("job #%d not retried: its unique key is held by job #%d", job_id, holder)
+        return sql.Retried(changed, held)
 
     def cancel(self) -> int:
         """Cancel the selected pending or running jobs (lease bumped, so a running job's
@@ -73,10 +94,13 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self._apply(sql.cancel)
 
     def _apply(self, statement: Callable[[Any, list[int]], set[int]]) -> int:
+        return sum(len(changed) for changed in self._apply_each(statement))
+
+    def _apply_each(self, statement: Callable[[Any, list[int]], set[int]]) -> list[set[int]]:
         alias = getattr(self, "_db", None) or router.db_for_write(
             self.model, **getattr(self, "_hints", {}))
         connection = connections[alias]
-        return sum(len(statement(connection, ids)) for ids in self._id_chunks())
+        return [statement(connection, ids) for ids in self._id_chunks()]
 
     def _id_chunks(self) -> Iterator[list[int]]:
         """The selection's ids in ascending chunks (keyset pagination: each chunk is a

@@ -94,6 +94,9 @@ JOB_INSERT_FLOW_DELAYED = JOB_INSERT_FLOW.replace(
 JOB_BY_UNIQUE_KEY_WHERE = (
     f"WHERE unique_key = %s AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')")
 
+# The partial unique index that holds unique_while keys (models.Job.Meta).
+UNIQUE_ACTIVE_INDEX = "pgjobs_job_unique_active_uniq"
+
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING).
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
 
@@ -606,23 +609,62 @@ _FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"
 
 # Retry now: dead, cancelled, or stuck running (stale heartbeat) -> pending, attempts
 # reset, lease bumped so a stuck job's zombie is fenced; the error history stays.
+#
+# unique_while (SPEC 11): a dead or cancelled job that still carries a unique key
+# must not take it back while another job holds it (pending or running), nor may
+# two jobs of this statement take the same key. Such a job is skipped, like a
+# second enqueue of the key: one row per skipped job, with the id of the job that
+# holds (or in this call takes) the key; retried jobs come back with holder NULL.
+# A stuck running job already holds its own key, so it is never skipped.
+# Race-free with RETRY_KEY_LOCK first, in its own statement of the same transaction:
+# two retries of the same key are serialised, and the second one's statement, whose
+# snapshot is taken after the lock is granted, sees the first one's committed row.
 JOB_RETRY_NOW = f"""
 WITH mine AS (
-    SELECT id FROM {JOB}
+    SELECT id, status, unique_key FROM {JOB}
      WHERE id = ANY(%(ids)s::bigint[])
        AND (status IN ('{JobStatus.DEAD}', '{JobStatus.CANCELLED}')
             OR (status = '{JobStatus.RUNNING}'
                 AND heartbeat_at < now() - make_interval(secs => %(stale_after)s)))
      ORDER BY id
        FOR NO KEY UPDATE
+), keyed AS (
+    SELECT m.id,
+           (SELECT h.id FROM {JOB} h
+             WHERE h.unique_key = m.unique_key
+               AND h.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')
+             LIMIT 1) AS holder,
+           min(m.id) OVER (PARTITION BY m.unique_key) AS first
+      FROM mine m
+     WHERE m.unique_key IS NOT NULL AND m.status <> '{JobStatus.RUNNING}'
+), skipped AS (
+    SELECT id, COALESCE(holder, first) AS holder FROM keyed
+     WHERE holder IS NOT NULL OR id <> first
+), retried AS (
+    UPDATE {JOB} AS j
+       SET status = '{JobStatus.PENDING}', lease = j.lease + 1, attempts = 0,
+           run_at = now(), finished_at = NULL,
+           -- the history stays (newest entries only); a fresh start forgives lost workers
+           errors = {keep_newest(_FORGIVEN)}
+      FROM mine
+     WHERE j.id = mine.id AND mine.id NOT IN (SELECT id FROM skipped)
+    RETURNING j.id
 )
-UPDATE {JOB} AS j
-   SET status = '{JobStatus.PENDING}', lease = j.lease + 1, attempts = 0,
-       run_at = now(), finished_at = NULL,
-       -- the history stays (newest entries only); a fresh start forgives lost workers
-       errors = {keep_newest(_FORGIVEN)}
-  FROM mine WHERE j.id = mine.id
-RETURNING j.id
+SELECT id, NULL::bigint FROM retried
+UNION ALL
+SELECT id, holder FROM skipped
+"""
+
+# Serialise retries that could take the same unique_while key (see JOB_RETRY_NOW):
+# one transaction-level advisory lock per key, in one order (no deadlock between two
+# retries); nothing to lock, and no cost, for jobs without a key. Released at COMMIT.
+RETRY_LOCK_SPACE = 0x706A6B79  # "pjky": the first key of the two-int advisory locks
+RETRY_KEY_LOCK = f"""
+SELECT pg_advisory_xact_lock({RETRY_LOCK_SPACE}, k.h)
+  FROM (SELECT DISTINCT hashtext(unique_key) AS h FROM {JOB}
+         WHERE id = ANY(%(ids)s::bigint[]) AND unique_key IS NOT NULL
+           AND status IN ('{JobStatus.DEAD}', '{JobStatus.CANCELLED}')
+         ORDER BY 1) AS k
 """
 
 # ---------------------------------------------------------------------------
@@ -1023,11 +1065,47 @@ def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
         return {r[0] for r in cursor.fetchall()}
 
 
+@dataclass(frozen=True)
+class Retried:
+    """What one retry statement did: the ids it put back to pending, and the ids it
+    skipped because their unique_while key is held, each with the holder's id."""
+
+    changed: set[int]
+    held: dict[int, int]
+
+
 def retry_now(connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float) -> set[int]:
-    with connection.cursor() as cursor:
-        cursor.execute(JOB_RETRY_NOW, {"ids": list(ids), "stale_after": stale_after,
-                                       "keep": _keep()})
-        return {r[0] for r in cursor.fetchall()}
+    """The ids put back to pending (see ``retry_jobs`` for the skipped ones)."""
+    return retry_jobs(connection, ids, stale_after=stale_after).changed
+
+
+def retry_jobs(connection: BaseDatabaseWrapper, ids: Sequence[int], *,
+               stale_after: float) -> Retried:
+    """Retry now, skipping jobs whose unique_while key another job holds (JOB_RETRY_NOW).
+
+    Key locks and retry share one transaction (its own when the caller has none).
+    A concurrent *enqueue* of the same key takes no lock: if it commits the key in
+    between, the unique index refuses the update, and the statement is rerun once
+    under a savepoint, when its fresh snapshot sees that job and skips ours.
+    """
+    from django.db import IntegrityError, transaction
+
+    params: dict[str, Any] = {"ids": list(ids), "stale_after": stale_after, "keep": _keep()}
+    with transaction.atomic(using=connection.alias):
+        with connection.cursor() as cursor:
+            cursor.execute(RETRY_KEY_LOCK, params)
+        for attempt in range(3):
+            try:
+                with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                    cursor.execute(JOB_RETRY_NOW, params)
+                    rows = cursor.fetchall()
+                break
+            except IntegrityError as exc:
+                constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+                if constraint != UNIQUE_ACTIVE_INDEX or attempt == 2:
+                    raise
+    return Retried({r[0] for r in rows if r[1] is None},
+                   {r[0]: r[1] for r in rows if r[1] is not None})
 
 
 def _keep() -> int:

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
 
-from . import outcomes, signals, sql
+from . import flow, outcomes, signals, sql
 from .conf import get_settings
 from .exceptions import PgJobsError
 from .executor import Outcome, execute
+from .safetext import printable
+from .states import JobStatus
+
+logger = logging.getLogger("django_pgjobs")
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,11 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
              using: str | None = None) -> list[RanJob]:
     """Drain due jobs in this process (no threads), in claim order; return what ran.
 
-    Sends the same signals as a worker (started, then succeeded/failed/dead).
+    Claims like a worker (``flow.FlowState``): a paused queue is not drained, and
+    ``max_running``, ``rate`` and concurrency keys hold. A job of a task this process
+    has not registered is left pending, untouched (a worker leaves it to a worker
+    that knows the task). Sends the same signals as a worker (started, then
+    succeeded/failed/dead).
 
     Works inside a ``TestCase`` transaction. A job that fails with attempts left
     is put back with its backoff delay, so it is not run again by the same call
@@ -49,9 +59,12 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     worker = "testing.run_jobs"
+    # refresh=0: re-read the queue rows before every claim, so a pause_queue() or an
+    # admin edit made by the test between two jobs is seen at once.
+    state = flow.FlowState(queues, refresh=0.0, known_only=True)
     ran: list[RanJob] = []
     while max_jobs is None or len(ran) < max_jobs:
-        claimed = sql.claim(connection, worker=worker, queues=list(queues) if queues else None, n=1)
+        claimed = state.claim(connection, worker=worker, n=1)
         if not claimed:
             break
         job = claimed[0]
@@ -62,7 +75,26 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
         outcomes.report(job, outcome, ours=ours, worker=worker)
         ran.append(RanJob(job.id, job.task, _STATUS[outcome.kind] if ours else "fenced",
                           outcome.value, outcome.error))
+    _warn_unknown(connection, state)
     return ran
+
+
+def _warn_unknown(connection: Any, state: flow.FlowState) -> None:
+    """Say so when due jobs were left pending because their task is not registered
+    in this process (a worker would leave them too): a silent skip puzzles a test."""
+    from django.db.models import Q
+
+    from .models import Job
+
+    due = Job.objects.using(connection.alias).filter(
+        Q(status=JobStatus.PENDING), Q(run_at__lte=timezone.now())).exclude(task__in=state.tasks)
+    if state.queues:
+        due = due.filter(queue__in=state.queues)
+    names = sorted(set(due.order_by().values_list("task", flat=True)[:100]))
+    if names:
+        logger.warning("run_jobs left due jobs of unregistered task(s) pending: %s (import "
+                       "their module in the test, or list it in PGJOBS['JOB_MODULES'])",
+                       ", ".join(printable(repr(n)) for n in names[:5]))
 
 
 _CONNECTION_ERRORS = (OperationalError, InterfaceError)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from django_pgjobs import signals
-from django_pgjobs.models import Job
+from django_pgjobs import pause_queue, resume_queue, signals
+from django_pgjobs.models import Job, Queue
 from django_pgjobs.testing import RanJob, run_jobs
+from tests.rows import make_job, snapshot
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db  # inside a TestCase-style transaction, like users' tests
@@ -69,15 +71,48 @@ def test_failures_are_retried_later_or_dead_lettered() -> None:
     assert run_jobs() == []
 
 
-def test_unknown_task_and_atomic_jobs() -> None:
+def test_unknown_task_and_atomic_jobs(caplog: pytest.LogCaptureFixture) -> None:
     unknown = jobs.noop.enqueue()
     Job.objects.filter(id=unknown.id).update(task="gone.away")
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE th_atomic (job_id bigint, lease bigint)")
     atomic = jobs.atomic_insert.enqueue("th_atomic", 0)
-    ran = {r.id: r for r in run_jobs()}
-    assert ran[unknown.id].status == "dead"
+    before = snapshot(unknown.id)
+    with caplog.at_level(logging.WARNING, logger="django_pgjobs"):
+        ran = {r.id: r for r in run_jobs()}
+    assert [r.getMessage() for r in caplog.records if "unregistered" in r.getMessage()] == [
+        "run_jobs left due jobs of unregistered task(s) pending: 'gone.away' (import their "
+        "module in the test, or list it in PGJOBS['JOB_MODULES'])"]
+    assert unknown.id not in ran, "an unknown task is left for a worker that knows it"
+    assert snapshot(unknown.id) == before, "not even claimed and given back"
     assert ran[atomic.id] == RanJob(atomic.id, "tests.testapp.jobs.atomic_insert", "completed", 1)
     with connection.cursor() as cursor:
         cursor.execute("SELECT job_id FROM th_atomic")
         assert cursor.fetchall() == [(atomic.id,)]
+
+
+def test_a_paused_queue_is_not_drained_until_resumed() -> None:
+    email = jobs.send_email.enqueue("a@b.c")
+    other = jobs.noop.enqueue()
+    pause_queue("emails")
+    assert [r.id for r in run_jobs()] == [other.id]
+    assert run_jobs(queues=["emails"]) == []
+    assert Job.objects.get(id=email.id).status == "pending"
+    resume_queue("emails")
+    assert [r.id for r in run_jobs()] == [email.id]
+
+
+def test_max_running_and_rate_hold_as_for_a_worker() -> None:
+    Queue.objects.create(name="emails", max_running=1)
+    busy = make_job("running", task="tests.testapp.jobs.send_email", args=["x@b.c"],
+                    queue="emails")
+    waiting = jobs.send_email.enqueue("a@b.c")
+    assert run_jobs(queues=["emails"]) == [], "the queue's one slot is taken"
+    Job.objects.filter(id=busy.id).update(status="cancelled", finished_at=busy.started_at)
+    assert [r.id for r in run_jobs(queues=["emails"])] == [waiting.id]
+
+    Queue.objects.create(name="default", rate="2/h")
+    for _ in range(3):
+        jobs.noop.enqueue()
+    assert len(run_jobs(queues=["default"])) == 2, "2 starts per hour"
+    assert Job.objects.filter(queue="default", status="pending").count() == 1

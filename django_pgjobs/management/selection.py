@@ -125,7 +125,9 @@ class SelectionCommand(BaseCommand):
             self.stdout.write(f"Would {self.verb} {count} job{'s' if count != 1 else ''}"
                               + (f": {shown}{more}" if count else "") + " (dry run: nothing changed).")
             return
-        changed = self.apply(qs)
+        self.report(self.apply(qs))
+
+    def report(self, changed: int) -> None:
         self.stdout.write(f"{self.done} {changed} job{'s' if changed != 1 else ''}.")
 
 

@@ -15,9 +15,20 @@ class Command(SelectionCommand):
     done = "Retried"
     statuses = RETRY_STATUSES
     default_status = ["dead"]
+    held: dict[int, int] = {}
 
     def eligible(self, qs: Any) -> Any:
         return qs.retryable()
 
     def apply(self, qs: Any) -> int:
-        return int(qs.retry())
+        result = qs.retry_detailed()
+        self.held = result.held
+        return len(result.changed)
+
+    def report(self, changed: int) -> None:
+        super().report(changed)
+        if self.held:
+            detail = ", ".join(f"#{i} (held by #{h})" for i, h in sorted(self.held.items()))
+            n = len(self.held)
+            self.stdout.write(f"Skipped {n} job{'s' if n != 1 else ''} whose unique key is held "
+                              f"by another pending or running job: {detail}.")
