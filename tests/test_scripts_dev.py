@@ -18,7 +18,10 @@ DEV = str(ROOT / "scripts" / "dev")
 
 
 def dev(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([DEV, *args], cwd=ROOT, env={**os.environ, **env},
+    # The suite itself may run under scripts/dev with PYTHON/DJANGO/VENV set (as in
+    # .ci/run): what scripts/dev picks by itself is only seen without them.
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "DJANGO", "VENV")}
+    return subprocess.run([DEV, *args], cwd=ROOT, env={**base, **env},
                           capture_output=True, text=True, timeout=120)
 
 
