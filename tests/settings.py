@@ -80,6 +80,8 @@ STATIC_URL = "/static/"
 PGJOBS = {
     "HEARTBEAT_INTERVAL": float(os.environ.get("PGJOBS_TEST_HEARTBEAT", "0.5")),
     "STALE_AFTER": float(os.environ.get("PGJOBS_TEST_STALE_AFTER", "2")),
+    # tests/faults/matrix.py: the unknown-task sweeper's dead-letter cells.
+    "UNKNOWN_TASK_TIMEOUT": float(os.environ.get("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "3600")),
     "REAPER_INTERVAL": 0.5,
     "POLL_INTERVAL": 0.5,
     "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),

@@ -99,7 +99,7 @@ def db(cluster: TempCluster) -> Iterator[psycopg.Connection]:
     """An autocommit connection to the suite's database, on empty tables."""
     with psycopg.connect(cluster.dsn(DBNAME), autocommit=True) as conn:
         conn.execute("TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_worker,"
-                     " fault_effects RESTART IDENTITY")
+                     " django_pgjobs_queue, django_pgjobs_knowntask, fault_effects RESTART IDENTITY")
         yield conn
 
 

@@ -3,8 +3,9 @@
 
 ``python -m tests.faults.driver ACTION [JSON]`` prints one JSON line: ``{"ok": bool,
 "error": str | None, ...}``. Actions are what an application or an operator does:
-enqueue (with an idempotency key, retried once after an error as a caller should),
-enqueue_many, admin cancel / retry / pages, jobs_status, prune --dry-run,
+enqueue (with an idempotency key, retried once after an error as a caller should;
+also a ``unique_while`` job, through JOB_INSERT_FLOW),
+enqueue_many, pause/resume a queue, admin cancel / retry / pages, jobs_status, prune --dry-run,
 ``testing.run_jobs``.
 """
 
@@ -60,6 +61,34 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
                 first_error = f"{type(exc).__name__}: {exc}"
         return {"ok": False, "error": first_error}
+    if action in ("enqueue_unique", "enqueue_unique_delayed"):
+        from tests.flow_jobs import refresh_account
+
+        options: dict[str, Any] = {"idempotency_key": arg["key"]}
+        if action == "enqueue_unique_delayed":
+            options["delay"] = 0.05
+        first_error = None
+        for _ in range(2):
+            try:
+                job = refresh_account.using(**options).enqueue(account_id=1)
+                return {"ok": True, "id": job.id, "error": first_error}
+            except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action == "pause_resume":
+        from django_pgjobs import pause_queue, resume_queue
+
+        errors = []
+        for call in (pause_queue, resume_queue):
+            for _ in range(2):  # the caller retries once
+                try:
+                    call("default")
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(f"{call.__name__}: {type(exc).__name__}: {exc}")
+            else:
+                return {"ok": False, "error": errors}
+        return {"ok": True, "error": errors or None}
     if action == "enqueue_twice":
         ids = []
         for _ in range(2):

@@ -63,6 +63,15 @@ def sql_constants() -> dict[str, str]:
     return out
 
 
+def skew_constants() -> dict[str, str]:
+    """The SQL constants of ``django_pgjobs.skew`` (the unknown-task sweeper's)."""
+    from django_pgjobs import skew
+
+    return {name: value for name, value in vars(skew).items()
+            if name.isupper() and not name.startswith("_") and isinstance(value, str)
+            and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", value)}
+
+
 _PATTERNS: list[tuple[str, re.Pattern[str]]] | None = None
 
 
@@ -70,7 +79,9 @@ def _patterns() -> list[tuple[str, re.Pattern[str]]]:
     global _PATTERNS
     if _PATTERNS is None:
         pats = []
-        for name, text in sql_constants().items():
+        named = {f"sql.{n}": t for n, t in sql_constants().items()}
+        named.update({f"skew.{n}": t for n, t in skew_constants().items()})
+        for name, text in named.items():
             # JOB_BY_KEY is formatted with its column list at import time.
             body = re.escape(_normal(text)).replace(r"\{columns\}", ".+?")
             body = body.replace(r"\{\{columns\}\}", ".+?")
@@ -80,12 +91,13 @@ def _patterns() -> list[tuple[str, re.Pattern[str]]]:
 
 
 def statement_name(sql_text: str) -> str:
-    """``sql.JOB_CLAIM_ALL``-style name for a constant of sql.py; ``orm:...`` for an
+    """``sql.JOB_CLAIM_ALL``-style name for a constant of sql.py (``skew.NAME`` for the
+    unknown-task sweeper's statements, kept in skew.py); ``orm:...`` for an
     ORM statement on a pgjobs table (a stable digest of its shape); ``other:...``."""
     text = _normal(sql_text)
     for name, pattern in _patterns():
         if pattern.match(text):
-            return f"sql.{name}"
+            return name
     tables = sorted(set(_TABLE.findall(text)))
     shape = _IN_LIST.sub("IN (%s...)", text)
     digest = hashlib.sha1(shape.encode()).hexdigest()[:8]

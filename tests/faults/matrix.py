@@ -26,6 +26,8 @@ from tests.faults.conftest import Workers, django_env
 
 STEP = "tests.testapp.jobs.fault_step"
 ATOMIC = "tests.testapp.jobs.fault_atomic"
+UNKNOWN = "tests.faults.not_in_this_release"
+KEYED = "tests.flow_keyed_jobs.per_user"
 FINAL = ("completed", "dead", "cancelled")
 #: A fresh job must complete within this after a scenario (the queue is not wedged).
 FRESH_DEADLINE = 10.0
@@ -47,7 +49,7 @@ class Row:
     """One statement as one caller issues it."""
 
     label: str
-    statement: str           # "sql.NAME", "orm:..." or "*read" (every read-only statement)
+    statement: str           # "sql.NAME", "skew.NAME", "orm:..." or "*read" (every read)
     kind: str                # worker | shutdown | cron | driver
     skip: int = 0            # matching calls let through before the fault
     args: tuple[str, ...] = ()
@@ -55,6 +57,8 @@ class Row:
     times: int = 1
     django6: bool = False    # the Tasks backend: Django >= 6.0 only
     linger: float = 0.0      # ambiguous: seconds between the commit and the error
+    setup: str = ""          # flow workload: unknown | unknown_dead | max_running | rate | keyed
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
 
     @property
     def id(self) -> str:
@@ -74,6 +78,24 @@ ROWS: tuple[Row, ...] = (
     # before the completer redoes its write (a longer outage does the same).
     Row("worker: retry (reply lost for 1.5 s)", "sql.JOB_RETRY", "worker", linger=1.5),
     Row("worker: dead-letter", "sql.JOB_DEAD", "worker"),
+    # Flow control (flow.py): after a job of a task it does not know (deploy skew) a
+    # worker claims with the known-task filter; a queue row with a limit, or a loaded
+    # task with a concurrency key, makes it take FLOW_LOCK and the limited claim.
+    Row("worker: claim known tasks, every queue", "sql.JOB_CLAIM_ALL_KNOWN", "worker",
+        setup="unknown"),
+    Row("worker: claim known tasks, one queue", "sql.JOB_CLAIM_ONE_QUEUE_KNOWN", "worker",
+        args=("--queues", "default"), setup="unknown"),
+    Row("worker: claim known tasks, several queues", "sql.JOB_CLAIM_QUEUES_KNOWN", "worker",
+        args=("--queues", "default,other"), setup="unknown"),
+    Row("worker: limited claim, every queue (max_running)", "sql.JOB_CLAIM_LIMITED_ALL",
+        "worker", setup="max_running"),
+    Row("worker: limited claim, every queue (keyed job)", "sql.JOB_CLAIM_LIMITED_ALL",
+        "worker", setup="keyed", env=(("PGJOBS_TEST_KEYED", "1"),)),
+    Row("worker: limited claim, listed queues (rate)", "sql.JOB_CLAIM_LIMITED_QUEUES",
+        "worker", args=("--queues", "default,other"), setup="rate"),
+    Row("worker: limited claim's advisory lock", "sql.FLOW_LOCK", "worker",
+        setup="max_running"),
+    Row("worker: read the queue limits", "sql.QUEUE_LIMITS", "worker", setup="max_running"),
     Row("worker: heartbeat", "sql.JOB_HEARTBEAT", "worker"),
     Row("worker: register", "sql.WORKER_UPSERT", "worker"),
     Row("worker: worker row refresh", "sql.WORKER_UPSERT", "worker", skip=1),
@@ -81,6 +103,9 @@ ROWS: tuple[Row, ...] = (
     Row("worker: release at shutdown", "sql.JOB_RELEASE", "shutdown"),
     Row("worker: give up a timed-out run", "sql.JOB_TIMED_OUT", "timeout"),
     Row("worker: dead-letter rows with no attempts left", "sql.JOB_DEAD_EXHAUSTED", "exhausted"),
+    Row("unknown-task sweeper: record known tasks", "skew.KNOWN_TASKS_TOUCH", "worker"),
+    Row("unknown-task sweeper: dead-letter (timeout 1 s)", "skew.JOB_DEAD_UNKNOWN", "worker",
+        setup="unknown_dead", env=(("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "1"),)),
     Row("reaper: reclaim stale", "sql.JOB_REAP_STALE", "worker"),
     Row("reaper: forget stale workers", "sql.WORKER_FORGET_STALE", "worker"),
     Row("pruner: delete a batch", "sql.JOB_PRUNE_BATCH", "worker"),
@@ -88,8 +113,16 @@ ROWS: tuple[Row, ...] = (
     Row("enqueue (retried once by the caller)", "sql.JOB_INSERT", "driver", action="enqueue"),
     Row("enqueue with a delay (retried once)", "sql.JOB_INSERT_DELAYED", "driver",
         action="enqueue_delayed"),
+    Row("enqueue unique_while (retried once)", "sql.JOB_INSERT_FLOW", "driver",
+        action="enqueue_unique"),
+    Row("enqueue unique_while with a delay (retried once)", "sql.JOB_INSERT_FLOW_DELAYED",
+        "driver", action="enqueue_unique_delayed"),
     Row("enqueue: existing key", "sql.JOB_BY_KEY", "driver", action="enqueue_twice"),
     Row("enqueue_many: notify after COPY", "sql.JOB_NOTIFY", "driver", action="enqueue_many"),
+    # Fails resume_queue's first notify (pause_queue's is let through): a queue left
+    # paused would leave the fresh job pending.
+    Row("resume_queue (retried once): queue-change notify", "sql.JOB_NOTIFY", "driver",
+        action="pause_resume", skip=1),
     Row("admin: cancel", "sql.JOB_CANCEL", "driver", action="cancel_selected"),
     Row("admin: retry", "sql.JOB_RETRY_NOW", "driver", action="retry_selected"),
     Row("run_jobs: claim", "sql.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
@@ -193,6 +226,31 @@ class Scenario:
                         " started_at, last_seen) VALUES ('ghost', 'h', 1, '[\"*\"]', 1,"
                         " now() - interval '1 hour', now() - interval '1 hour')")
         self.notes.append(f"old completed job {old} may be pruned")
+
+    def flow_setup(self) -> int | None:
+        """The row's flow-control workload; the id of a job that stays pending, if any
+        (left out of ``expected`` until the workload settled)."""
+        setup = self.row.setup
+        if setup == "unknown":
+            # First in line: the fast-path claim takes it, gives it back uncounted, and
+            # the worker switches to the known-task claims.
+            job = self.insert(UNKNOWN, priority=90)
+            del self.expected[job]
+            return job
+        if setup == "unknown_dead":
+            # No live worker knows it: the sweeper dead-letters it once the worker has
+            # been up for the (1 s) timeout.
+            self.insert(UNKNOWN, priority=90, allowed=("dead",))
+        if setup in ("max_running", "rate"):
+            column, value = ("max_running", 3) if setup == "max_running" else ("rate", "100/s")
+            self.db.execute(f"INSERT INTO django_pgjobs_queue (name, {column}, updated_at)"
+                            " VALUES ('default', %s, now())", [value])
+        if setup == "keyed":
+            job = self.insert(KEYED, priority=55, queue="flow-keyed",
+                              kwargs={"user_id": 1, "i": 0, "seconds": 0.0})
+            self.db.execute("UPDATE django_pgjobs_job SET concurrency_key = 'user:1',"
+                            " concurrency_limit = 1 WHERE id = %s", [job])
+        return None
 
     # -- processes -------------------------------------------------------------------
 
@@ -309,9 +367,10 @@ class Scenario:
 
 def run_worker_cell(s: Scenario) -> dict[str, str]:
     s.standard_workload()
+    unknown = s.flow_setup()
     s.write_plan()
     settings = "tests.settings"
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(s.row.env)
     if s.row.kind == "cron":
         settings = "tests.cron_settings"
         env["PGJOBS_TEST_CRON"] = json.dumps({"fault-tick": {
@@ -322,6 +381,9 @@ def run_worker_cell(s: Scenario) -> dict[str, str]:
         s.notes.append("workload did not settle")
     fresh = s.fresh_job_completes()
     stop(s, worker)
+    if unknown is not None:
+        # Never run by a worker that does not know it; the sweeper may dead-letter it.
+        s.expected[unknown] = ("pending", "dead")
     return s.check(not_wedged=fresh)
 
 
@@ -383,7 +445,7 @@ def stop(s: Scenario, worker: WorkerProcess) -> None:
 def run_driver_cell(s: Scenario) -> dict[str, str]:
     action = s.row.action
     arg: dict[str, Any] = {}
-    if action in ("enqueue", "enqueue_delayed"):
+    if action in ("enqueue", "enqueue_delayed", "enqueue_unique", "enqueue_unique_delayed"):
         arg = {"key": "driver-key"}
     elif action == "enqueue_twice":
         arg = {"key": "driver-key"}

@@ -177,7 +177,10 @@ def test_matrix_covers_every_statement(db: psycopg.Connection, workers: Workers,
     # (and rows with a workload of their own: timeouts, exhausted rows, delays)
     issued_rows = {r.statement for r in ROWS if not r.django6} - {
         "*read", "sql.JOB_CLAIM_ONE_QUEUE", "sql.JOB_CLAIM_QUEUES", "sql.JOB_TIMED_OUT",
-        "sql.JOB_DEAD_EXHAUSTED", "sql.JOB_INSERT_DELAYED"}
+        "sql.JOB_DEAD_EXHAUSTED", "sql.JOB_INSERT_DELAYED", "sql.JOB_CLAIM_ALL_KNOWN",
+        "sql.JOB_CLAIM_ONE_QUEUE_KNOWN", "sql.JOB_CLAIM_QUEUES_KNOWN", "sql.JOB_CLAIM_LIMITED_ALL",
+        "sql.JOB_CLAIM_LIMITED_QUEUES", "sql.FLOW_LOCK", "sql.JOB_INSERT_FLOW",
+        "sql.JOB_INSERT_FLOW_DELAYED"}
     assert issued_rows <= set(texts), f"lifecycle did not issue {issued_rows - set(texts)}"
     missing = sorted(name for name, text in texts.items()
                      if name not in named and not is_read_only(text)
