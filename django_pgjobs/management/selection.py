@@ -38,10 +38,41 @@ def id_list(value: str) -> list[int]:
     return ids
 
 
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def port_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= number <= 65535:
+        raise ArgumentTypeError(f"must be a port number (0-65535; 0 picks a free one), got {number}")
+    return number
+
+
 def name_list(value: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     if not names:
-        raise ArgumentTypeError("expected a comma-separated list of names")
+        raise ArgumentTypeError("expected a comma-separated list of names (or * for every queue, "
+                                "where a command takes that)")
     return names
 
 

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.management.commands.runjobs import positive_float
+from django_pgjobs.management.selection import positive_float
 from django_pgjobs.reaper import Reaper
 from django_pgjobs.throttle import Backoff
 

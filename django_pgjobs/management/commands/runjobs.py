@@ -6,7 +6,6 @@ import logging
 import os
 import sys
 import threading
-from argparse import ArgumentTypeError
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -15,55 +14,22 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_pgjobs import readiness, worker_hints
 from django_pgjobs.conf import get_settings
 from django_pgjobs.health import HealthFile
-from django_pgjobs.validation import check_queue
+from django_pgjobs.management.selection import (
+    port_number,
+    positive_float,
+    positive_int,
+    queue_names,
+)
 from django_pgjobs.worker import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_CONCURRENCY, Worker
 
 logger = logging.getLogger("django_pgjobs")
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
-def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number > 0 or number == float("inf"):
-        raise ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
-    return number
-
-
-def port_number(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a port number, got {value!r}") from None
-    if not 0 <= number <= 65535:
-        raise ArgumentTypeError(f"must be a port number (0-65535; 0 picks a free one), got {number}")
-    return number
 
 
 def queue_list(value: str) -> list[str] | None:
     """``a,b`` -> ["a", "b"]; ``*`` -> every queue."""
     if value.strip() == "*":
         return None
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    if not names:
-        raise ArgumentTypeError("expected a comma-separated list of queue names, or *")
-    for name in names:
-        try:
-            check_queue(name)
-        except ValueError as exc:
-            raise ArgumentTypeError(str(exc)) from None
-    return names
+    return queue_names(value)
 
 
 class Command(BaseCommand):
