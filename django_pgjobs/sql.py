@@ -1065,6 +1065,16 @@ def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
         return {r[0] for r in cursor.fetchall()}
 
 
+def _atomic(connection: Any) -> Any:
+    """A transaction (a savepoint when nested) on Django's connection, or on a plain
+    psycopg connection (the fault suite drives these functions with its own)."""
+    if hasattr(connection, "alias"):
+        from django.db import transaction
+
+        return transaction.atomic(using=connection.alias)
+    return connection.transaction()
+
+
 @dataclass(frozen=True)
 class Retried:
     """What one retry statement did: the ids it put back to pending, and the ids it
@@ -1088,21 +1098,22 @@ def retry_jobs(connection: BaseDatabaseWrapper, ids: Sequence[int], *,
     between, the unique index refuses the update, and the statement is rerun once
     under a savepoint, when its fresh snapshot sees that job and skips ours.
     """
-    from django.db import IntegrityError, transaction
+    import psycopg
+    from django.db import IntegrityError
 
     params: dict[str, Any] = {"ids": list(ids), "stale_after": stale_after, "keep": _keep()}
-    with transaction.atomic(using=connection.alias):
+    with _atomic(connection):
         with connection.cursor() as cursor:
             cursor.execute(RETRY_KEY_LOCK, params)
         for attempt in range(3):
             try:
-                with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                with _atomic(connection), connection.cursor() as cursor:
                     cursor.execute(JOB_RETRY_NOW, params)
                     rows = cursor.fetchall()
                 break
-            except IntegrityError as exc:
-                constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
-                if constraint != UNIQUE_ACTIVE_INDEX or attempt == 2:
+            except (IntegrityError, psycopg.IntegrityError) as exc:
+                diag = getattr(exc, "diag", None) or getattr(exc.__cause__, "diag", None)
+                if getattr(diag, "constraint_name", None) != UNIQUE_ACTIVE_INDEX or attempt == 2:
                     raise
     return Retried({r[0] for r in rows if r[1] is None},
                    {r[0]: r[1] for r in rows if r[1] is not None})
