@@ -21,32 +21,32 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .context import JobContext
-    from .decorators import job
-    from .exceptions import JobTimeout
-    from .flow import pause_queue, resume_queue
-    from .states import JobStatus
+    from django_pgjobs.context import JobContext
+    from django_pgjobs.decorators import job
+    from django_pgjobs.exceptions import JobTimeout
+    from django_pgjobs.flow import pause_queue, resume_queue
+    from django_pgjobs.states import JobStatus
 
 
 def __getattr__(name: str) -> Any:
     if name == "job":
-        from .decorators import job
+        from django_pgjobs.decorators import job
 
         return job
     if name in ("pause_queue", "resume_queue"):
-        from . import flow
+        from django_pgjobs import flow
 
         return getattr(flow, name)
     if name == "JobStatus":
-        from .states import JobStatus
+        from django_pgjobs.states import JobStatus
 
         return JobStatus
     if name == "JobTimeout":
-        from .exceptions import JobTimeout
+        from django_pgjobs.exceptions import JobTimeout
 
         return JobTimeout
     if name == "JobContext":
-        from .context import JobContext
+        from django_pgjobs.context import JobContext
 
         return JobContext
     raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")

@@ -14,7 +14,7 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import (
+        from django_pgjobs import (
             checks,  # noqa: F401  (registers the system checks)
             safetext,
         )
@@ -22,8 +22,8 @@ class PgJobsConfig(AppConfig):
         safetext.install()  # names from rows never split log lines or reach terminals raw
 
         autodiscover_modules("jobs")
-        from .conf import SettingsError, get_settings
-        from .registry import import_job_modules
+        from django_pgjobs.conf import SettingsError, get_settings
+        from django_pgjobs.registry import import_job_modules
 
         try:
             modules = get_settings().JOB_MODULES
@@ -32,10 +32,10 @@ class PgJobsConfig(AppConfig):
         import_job_modules(modules)
         from django.db.models.signals import post_migrate
 
-        from .flow import sync_after_migrate
+        from django_pgjobs.flow import sync_after_migrate
 
         post_migrate.connect(sync_after_migrate, sender=self)
-        from .backend import autodiscover_tasks
+        from django_pgjobs.backend import autodiscover_tasks
 
         autodiscover_tasks()  # django.tasks modules, when TASKS uses PgJobsBackend
 

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core import checks
 
-from .conf import SettingsError, build_settings, raw_settings, settings_errors
+from django_pgjobs.conf import SettingsError, build_settings, raw_settings, settings_errors
 
 #: Where a pip user finds the keys: the documentation's page, by title (not a repository path).
 SETTINGS_HINT = ("Every PGJOBS key, its type and default: the 'Settings' page of the "
@@ -63,7 +63,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 @checks.register(checks.Tags.compatibility)
 def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Recurring schedules parse, name registered tasks, and fit the retention."""
-    from .cron import collect_schedules
+    from django_pgjobs.maintenance.cron import collect_schedules
 
     try:
         conf = build_settings(raw_settings())
@@ -88,7 +88,7 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
 @checks.register(checks.Tags.compatibility)
 def check_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """``PGJOBS["QUEUES"]`` entries: known keys, max_running >= 1, a valid rate."""
-    from .flow import queue_problems
+    from django_pgjobs.flow import queue_problems
 
     try:
         conf = build_settings(raw_settings())

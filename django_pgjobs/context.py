@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .exceptions import JobCancelled
+from django_pgjobs.exceptions import JobCancelled
 
 
 @dataclass

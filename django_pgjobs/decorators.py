@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from . import registry
-from .conf import suggest
-from .keys import check_concurrency, check_fields_exist, check_unique_while
-from .validation import (
+from django_pgjobs import registry
+from django_pgjobs.conf import suggest
+from django_pgjobs.keys import check_concurrency, check_fields_exist, check_unique_while
+from django_pgjobs.validation import (
     check_max_attempts,
     check_options,
     check_priority,
@@ -23,7 +23,7 @@ from .validation import (
 )
 
 if TYPE_CHECKING:
-    from .models import Job
+    from django_pgjobs.models import Job
 
 P = ParamSpec("P")
 
@@ -68,7 +68,7 @@ class JobDefinition:
             return stored
         if self.timeout != UNSET_TIMEOUT:
             return self.timeout
-        from .conf import get_settings
+        from django_pgjobs.conf import get_settings
 
         return get_settings().DEFAULT_TIMEOUT
 
@@ -174,7 +174,7 @@ class JobFunction(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job in the caller's transaction; returns the ``Job`` row."""
-        from .enqueue import enqueue_one
+        from django_pgjobs.enqueue import enqueue_one
 
         return enqueue_one(self.definition, list(args), dict(kwargs), self.call_options)
 
@@ -191,7 +191,7 @@ class JobFunction(Generic[P, R]):
         Each item is a tuple of positional arguments, or ``(args, kwargs)`` when
         given as a 2-tuple whose second element is a dict.
         """
-        from .enqueue import enqueue_batch
+        from django_pgjobs.enqueue import enqueue_batch
 
         return enqueue_batch(self.definition, calls, self.call_options)
 
@@ -206,7 +206,7 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register ``func`` as a job. Usable bare (``@job``) or with options (``@job(queue=...)``)."""
 
     def decorate(f: Callable[..., Any]) -> JobFunction[Any, Any]:
-        from .apps import require_installed
+        from django_pgjobs.apps import require_installed
 
         definition = make_definition(f, **options)
         require_installed(f"@job {definition.name}")

@@ -17,13 +17,14 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import keys, readiness, registry, sql, tracing
-from .conf import get_settings
-from .validation import check_arguments, check_options, check_size
+from django_pgjobs import keys, registry, sql, tracing
+from django_pgjobs.conf import get_settings
+from django_pgjobs.health import readiness
+from django_pgjobs.validation import check_arguments, check_options, check_size
 
 if TYPE_CHECKING:
-    from .decorators import JobDefinition
-    from .models import Job
+    from django_pgjobs.decorators import JobDefinition
+    from django_pgjobs.models import Job
 
 #: Rows per COPY batch in ``enqueue_many``.
 BULK_BATCH = 5000
@@ -33,7 +34,7 @@ BULK_BATCH = 5000
 def _columns() -> tuple[list[str], str, frozenset[int]]:
     from django.db.models import JSONField
 
-    from .models import Job
+    from django_pgjobs.models import Job
 
     fields = Job._meta.concrete_fields
     attnames = [f.attname for f in fields]
@@ -51,7 +52,7 @@ def _json_text(value: list[Any] | dict[str, Any]) -> str:
 
 
 def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
-    from .models import Job
+    from django_pgjobs.models import Job
 
     attnames, _, json_positions = _columns()
     values: list[Any] = [as_django_time(v) if isinstance(v, datetime) else v
@@ -84,7 +85,7 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
     """The inserted row, built from what we sent plus the server's (id, run_at,
     created_at): returning and parsing every column cost ~10% of a single enqueue.
     The other columns hold their db_default values (test_enqueue checks the two agree)."""
-    from .models import Job
+    from django_pgjobs.models import Job
 
     attnames, _, _ = _columns()
     values = {

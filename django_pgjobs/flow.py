@@ -22,9 +22,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import registry, sql
-from .conf import get_settings, suggest
-from .safetext import printable
+from django_pgjobs import registry, sql
+from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.safetext import printable
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -57,7 +57,7 @@ def check_max_running(value: Any, where: str = "max_running") -> int | None:
 
 def queue_problems(queues: dict[str, Any]) -> list[str]:
     """Everything wrong with a ``PGJOBS["QUEUES"]`` value, one message per problem."""
-    from .validation import check_queue
+    from django_pgjobs.validation import check_queue
 
     problems: list[str] = []
     for name, entry in queues.items():
@@ -96,7 +96,7 @@ def sync_queues(using: str | None = None) -> int:
     pause from the admin or ``pause_queue`` survives a deploy); queues not in the
     setting keep their rows. Returns how many entries were written.
     """
-    from .models import Queue
+    from django_pgjobs.models import Queue
 
     queues = get_settings().QUEUES
     problems = queue_problems(queues)
@@ -142,8 +142,8 @@ def notify_changed(alias: str) -> None:
 
 
 def _set_paused(names: Iterable[str], paused: bool, using: str | None) -> list[str]:
-    from .models import Queue
-    from .validation import check_queue
+    from django_pgjobs.models import Queue
+    from django_pgjobs.validation import check_queue
 
     names = [check_queue(n) for n in names]
     if not names:
@@ -262,6 +262,6 @@ class FlowState:
 
 
 def _discovery_hint() -> str:
-    from .skew import DISCOVERY_HINT
+    from django_pgjobs.worker.skew import DISCOVERY_HINT
 
     return DISCOVERY_HINT

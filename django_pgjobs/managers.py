@@ -16,11 +16,11 @@ from django.db import connections, models, router
 from django.db.models import Q
 from django.utils import timezone
 
-from .states import TERMINAL, JobStatus
+from django_pgjobs.states import TERMINAL, JobStatus
 
 if TYPE_CHECKING:
-    from .models import Job
-    from .sql import Retried as sql_Retried
+    from django_pgjobs.models import Job
+    from django_pgjobs.sql import Retried as sql_Retried
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -70,7 +70,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         ``unique_while`` key is held by another pending or running job (SPEC §11: like a
         second enqueue of the key, such a retry writes nothing): ``.changed`` is the set
         of retried ids, ``.held`` maps each skipped id to the id of the holder."""
-        from . import sql
+        from django_pgjobs import sql
 
         seconds = _stale(stale_after)
         held: dict[int, int] = {}
@@ -89,7 +89,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Cancel the selected pending or running jobs (lease bumped, so a running job's
         result is rejected and its ``context.is_cancelled()`` turns true) — the admin's
         Cancel action. Returns how many jobs changed."""
-        from . import sql
+        from django_pgjobs import sql
 
         return self._apply(sql.cancel)
 
@@ -122,7 +122,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 
 def _stale(stale_after: float | None) -> float:
-    from .conf import get_settings
+    from django_pgjobs.conf import get_settings
 
     return get_settings().STALE_AFTER if stale_after is None else stale_after
 
@@ -133,7 +133,7 @@ _BaseJobManager = models.Manager.from_queryset(JobQuerySet)
 class JobManager(_BaseJobManager):
     def enqueue(self, task: str, *, args: Any = None, kwargs: Any = None, **options: Any) -> Job:
         """Enqueue a registered job by name; same options and guarantees as ``.enqueue()``."""
-        from .enqueue import enqueue_by_name
+        from django_pgjobs.enqueue import enqueue_by_name
 
         return enqueue_by_name(task, args=args, kwargs=kwargs, using=self._db, **options)
 

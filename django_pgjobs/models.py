@@ -14,9 +14,9 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from .apps import require_installed
-from .managers import JobManager
-from .states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
+from django_pgjobs.apps import require_installed
+from django_pgjobs.managers import JobManager
+from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
 
 require_installed("django_pgjobs.models")
 

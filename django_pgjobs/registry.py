@@ -12,10 +12,10 @@ import difflib
 import threading
 from typing import TYPE_CHECKING
 
-from .exceptions import UnknownTask
+from django_pgjobs.exceptions import UnknownTask
 
 if TYPE_CHECKING:
-    from .decorators import JobDefinition
+    from django_pgjobs.decorators import JobDefinition
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -51,7 +51,7 @@ def get(name: str) -> JobDefinition:
     except KeyError:
         close = difflib.get_close_matches(name, list(_registry), n=3, cutoff=0.5)
         hint = f" Close names: {', '.join(close)}." if close else ""
-        from .skew import DISCOVERY_HINT
+        from django_pgjobs.worker.skew import DISCOVERY_HINT
 
         raise UnknownTask(
             f"unknown task {name!r}: no @job function is registered under that name.{hint} "

@@ -17,7 +17,7 @@ job_fenced         job_id, task, queue, lease, worker, write  (a zombie's refuse
 jobs_reaped        jobs (list of (id, task, new status)), worker
 =================  ===========================================================
 
-The Prometheus metrics (``django_pgjobs.metrics``) are fed by these signals, so
+The Prometheus metrics (``django_pgjobs.health.metrics``) are fed by these signals, so
 a receiver of your own sees exactly what the metrics count.
 """
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
-from .validation import MAX_DEPTH as MAX_JSON_DEPTH
+from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
+from django_pgjobs.validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 JOB = "django_pgjobs_job"
 RESULT = "django_pgjobs_jobresult"
@@ -758,7 +758,7 @@ def _may_prepare(connection: BaseDatabaseWrapper, raw: Any) -> bool:
     to listens on another port than the one we connected to (a pooler such as
     pgbouncer in front of it; pgbouncer < 1.21 in transaction mode cannot keep
     prepared statements). Checked once per connection."""
-    from .conf import get_settings
+    from django_pgjobs.conf import get_settings
 
     setting = get_settings().PREPARE
     if setting is False or (setting == "auto" and _prepare_disabled):
@@ -870,7 +870,7 @@ def _claim_limited(connection: BaseDatabaseWrapper, params: dict[str, Any],
     """FLOW_LOCK, then the limited claim, in one short transaction (see FLOW_LOCK)."""
     from django.db import transaction
 
-    from . import registry
+    from django_pgjobs import registry
 
     params["tasks"] = task_array(tuple(tasks) if tasks is not None else tuple(
         d.name for d in registry.all_definitions()))
@@ -1045,7 +1045,7 @@ def reap(
     connection: BaseDatabaseWrapper, *, stale_after: float, batch: int = 500
 ) -> list[tuple[int, str, str, int, str | None]]:
     """Reclaim one batch of stale running jobs; returns (id, task, new status, attempts, worker)."""
-    from .exceptions import WorkerLost
+    from django_pgjobs.exceptions import WorkerLost
 
     message = (
         f"worker lost: no heartbeat for more than {stale_after:g}s; "
@@ -1120,7 +1120,7 @@ def retry_jobs(connection: BaseDatabaseWrapper, ids: Sequence[int], *,
 
 
 def _keep() -> int:
-    from .conf import get_settings
+    from django_pgjobs.conf import get_settings
 
     return get_settings().MAX_ERRORS_KEPT
 

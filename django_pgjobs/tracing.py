@@ -43,7 +43,7 @@ def _tracer() -> Any:
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None  # nobody set a provider: spans would go nowhere
     if _cache[0] is not provider:
-        from . import __version__
+        from django_pgjobs import __version__
 
         _cache = (provider, provider.get_tracer("django_pgjobs", __version__))
     return _cache[1]

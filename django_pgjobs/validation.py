@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .conf import suggest
-from .states import PRIORITY_MAX, PRIORITY_MIN
+from django_pgjobs.conf import suggest
+from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN
 
 #: The longest delay accepted (so now() + delay stays a valid datetime).
 MAX_DELAY = timedelta(days=365 * 1000)
@@ -133,7 +133,7 @@ def check_size(func: Callable[..., Any], task: str, args: Sequence[Any],
     """Refuse arguments whose JSON text (``size`` bytes: args plus kwargs) exceeds
     ``PGJOBS["MAX_ARGS_BYTES"]``, naming the largest argument. Measured where the
     value enters, so a huge row never reaches a worker or the admin."""
-    from .conf import get_settings
+    from django_pgjobs.conf import get_settings
 
     limit = get_settings().MAX_ARGS_BYTES
     if size <= limit:
@@ -153,7 +153,7 @@ def check_size(func: Callable[..., Any], task: str, args: Sequence[Any],
 def check_result_size(value: Any, task: str) -> None:
     """Refuse a return value whose JSON text exceeds ``PGJOBS["MAX_RESULT_BYTES"]``
     (``TypeError``, like every other unstorable return value: the job fails clearly)."""
-    from .conf import get_settings
+    from django_pgjobs.conf import get_settings
 
     if value is None or isinstance(value, bool | int | float):
         return

@@ -27,7 +27,7 @@ def choose_database_url() -> str:
         container = PostgresContainer("postgres:16", driver=None)
         container.start()  # stopped by testcontainers' reaper when the session ends
         return container.get_connection_url().replace("postgresql://", "postgres://", 1)
-    from django_pgjobs.embedded import database_url
+    from django_pgjobs.testing.embedded import database_url
 
     data = os.path.join(tempfile.gettempdir(), f"django-pgjobs-test-pg{sys.version_info[1]}")
     return database_url(data)

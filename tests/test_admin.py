@@ -252,7 +252,7 @@ def test_query_counts_stay_flat_as_rows_grow(admin_client: Client) -> None:
 
 
 def test_list_counts_are_capped_not_full(admin_client: Client, monkeypatch: Any) -> None:
-    import django_pgjobs.admin as job_admin
+    import django_pgjobs.admin.jobs as job_admin
 
     monkeypatch.setattr(job_admin, "COUNT_CAP", 5)
     add.enqueue_many([(i, i) for i in range(8)])

@@ -21,7 +21,7 @@ from django_pgjobs import JobContext, job, sql
 from django_pgjobs.conf import get_settings
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker.loop import Worker
 from tests.conftest import wait_until
 from tests.test_admin_support import (
     REAP,

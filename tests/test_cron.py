@@ -16,9 +16,9 @@ from django.test import override_settings
 
 from django_pgjobs import registry
 from django_pgjobs.checks import check_cron
-from django_pgjobs.cron import CronTicker, Schedule, ScheduleError, collect_schedules
 from django_pgjobs.decorators import make_definition
-from django_pgjobs.maintenance import default_services
+from django_pgjobs.maintenance.cron import CronTicker, Schedule, ScheduleError, collect_schedules
+from django_pgjobs.maintenance.services import default_services
 from django_pgjobs.models import Job
 from tests.conftest import dsn
 

@@ -20,7 +20,7 @@ from django_pgjobs.exceptions import UnknownTask
 from django_pgjobs.flow import FlowState, parse_rate, sync_queues
 from django_pgjobs.models import Job, KnownTask, Queue
 from django_pgjobs.models import Worker as WorkerRow
-from django_pgjobs.skew import UnknownTaskSweeper, unknown_pending
+from django_pgjobs.worker.skew import UnknownTaskSweeper, unknown_pending
 from tests import flow_jobs, flow_keyed_jobs
 from tests.testapp import jobs
 

@@ -165,7 +165,7 @@ def test_rolling_deploy_completes_everything_and_dead_letters_nothing(
     # ...but never claims them (without the known-task claim they would be dead now).
     assert set(Job.objects.filter(id__in=new_ids).values_list("status", "attempts")) \
         == {("pending", 0)}
-    from django_pgjobs import status
+    from django_pgjobs.health import status
 
     unknown = status.collect().unknown_tasks
     assert [(u["task"], u["pending"]) for u in unknown] == [

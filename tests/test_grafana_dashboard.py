@@ -9,8 +9,8 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_pgjobs.metrics import WorkerMetrics
-from django_pgjobs.queue_stats import QueueSample
+from django_pgjobs.health.metrics import WorkerMetrics
+from django_pgjobs.health.queue_stats import QueueSample
 from tests.conftest import ROOT
 
 DASHBOARD = ROOT / "docs" / "_static" / "grafana" / "django-pgjobs-dashboard.json"

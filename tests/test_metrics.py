@@ -16,12 +16,13 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_pgjobs import metrics, sql
+from django_pgjobs import sql
 from django_pgjobs.exceptions import LeaseLost
-from django_pgjobs.metrics import WorkerMetrics
-from django_pgjobs.queue_stats import QueueStatsRefresher
+from django_pgjobs.health import metrics
+from django_pgjobs.health.metrics import WorkerMetrics
+from django_pgjobs.health.queue_stats import QueueStatsRefresher
 from django_pgjobs.testing import run_jobs
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker.loop import Worker
 from tests.conftest import wait_until
 from tests.testapp.jobs import add, always_fails, atomic_insert, send_email, sleep_then_mark
 
@@ -103,8 +104,9 @@ def test_a_fenced_completion_counts_as_fenced_once(wm: WorkerMetrics) -> None:
     job = atomic_insert.enqueue("obs_atomic", 0.0)
     [claimed] = sql.claim(connection, worker="zombie", queues=["default"], n=1)
     sql.cancel(connection, [job.id])  # someone else moved the lease on
-    from django_pgjobs import outcomes, signals
-    from django_pgjobs.executor import execute
+    from django_pgjobs import signals
+    from django_pgjobs.worker import outcomes
+    from django_pgjobs.worker.executor import execute
 
     signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
                  queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
@@ -217,7 +219,7 @@ def test_metrics_without_prometheus_client_names_the_extra(
     import django_pgjobs
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    monkeypatch.delitem(sys.modules, "django_pgjobs.metrics")
+    monkeypatch.delitem(sys.modules, "django_pgjobs.health.metrics")
     monkeypatch.delattr(django_pgjobs, "metrics")
     job = add.enqueue(1, 1)
     with pytest.raises(CommandError, match=r"prometheus_client.*django-pgjobs\[metrics\]"):

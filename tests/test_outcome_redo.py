@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, transaction
 
-from django_pgjobs import outcomes, signals, sql
+from django_pgjobs import signals, sql
 from django_pgjobs.exceptions import PgJobsError
-from django_pgjobs.executor import Outcome, error_entry
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
+from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.executor import Outcome, error_entry
 from tests.test_worker_core import lose_first_reply
 from tests.testapp import jobs
 

@@ -18,7 +18,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_pgjobs import activity, charts, overview, sql
+from django_pgjobs import sql
+from django_pgjobs.admin import charts
+from django_pgjobs.health import activity, overview
 from tests.test_admin_support import OVERVIEW as OVERVIEW_NAME
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_pgjobs import sql
-from django_pgjobs.runners import JobRunners
+from django_pgjobs.worker.runners import JobRunners
 
 HISTORY = 200_000
 

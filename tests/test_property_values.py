@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_pgjobs.models import Job, JobResult
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker.loop import Worker
 from tests.testapp.jobs import echo_value
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,8 +11,8 @@ from django.core.management.base import CommandError
 from django.db import connection, connections
 from django.test import override_settings
 
+from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.models import Job, JobResult
-from django_pgjobs.pruner import Pruner
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,9 +17,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from django_pgjobs import signals, sql
+from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
-from django_pgjobs.reaper import Reaper
 from tests.conftest import ROOT, dsn, wait_until
 from tests.rows import make_job, snapshot
 from tests.testapp import jobs

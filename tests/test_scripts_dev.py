@@ -55,7 +55,7 @@ def test_stop_stops_an_embedded_server_of_this_checkout() -> None:
     tmp_path.chmod(0o755)
     data = tmp_path / f"django-pgjobs-test-pg{sys.version_info[1]}"
     start = subprocess.run(
-        [sys.executable, "-c", "import sys; from django_pgjobs.embedded import database_url; "
+        [sys.executable, "-c", "import sys; from django_pgjobs.testing.embedded import database_url; "
                                "print(database_url(sys.argv[1]))", str(data)],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert start.returncode == 0, start.stderr

@@ -12,10 +12,11 @@ import pytest
 from django.db import connection
 from django.dispatch import Signal
 
-from django_pgjobs import outcomes, signals, sql
-from django_pgjobs.executor import execute
+from django_pgjobs import signals, sql
 from django_pgjobs.models import Job
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.executor import execute
+from django_pgjobs.worker.loop import Worker
 from tests.testapp import jobs
 
 ALL = {"job_started": signals.job_started, "job_succeeded": signals.job_succeeded,
@@ -129,7 +130,7 @@ def test_raising_receivers_cannot_change_outcomes(raising: None,
 
 @pytest.mark.django_db
 def test_raising_receivers_cannot_stop_run_jobs_or_the_reaper(raising: None) -> None:
-    from django_pgjobs.reaper import Reaper
+    from django_pgjobs.maintenance.reaper import Reaper
     from django_pgjobs.testing import run_jobs
     from tests.rows import make_job
 

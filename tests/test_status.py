@@ -1,4 +1,4 @@
-"""``manage.py jobs_status`` and ``django_pgjobs.status``: counts, lag, stuck, workers, health."""
+"""``manage.py jobs_status`` and ``django_pgjobs.health.status``: counts, lag, stuck, workers, health."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from django_pgjobs import status
+from django_pgjobs.health import status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -215,7 +215,7 @@ def test_async_job_and_aenqueue_spans(spans: InMemorySpanExporter) -> None:
     import asyncio
     import threading
 
-    from django_pgjobs.worker import Worker
+    from django_pgjobs.worker.loop import Worker
     from tests.testapp.core_jobs import async_sleep
 
     tracer = trace.get_tracer("tests")

@@ -17,10 +17,10 @@ from asgiref.sync import sync_to_async
 from django.db import OperationalError, connection, connections
 
 from django_pgjobs import JobTimeout, signals, sql
-from django_pgjobs.executor import Outcome, error_entry, make_context
 from django_pgjobs.models import Job
 from django_pgjobs.throttle import Backoff
-from django_pgjobs.worker import InFlight, Worker
+from django_pgjobs.worker.executor import Outcome, error_entry, make_context
+from django_pgjobs.worker.loop import InFlight, Worker
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from django_pgjobs import signals, sql
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.retry import backoff
-from django_pgjobs.worker import DEFAULT_CONCURRENCY, Worker
+from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY, Worker
 from tests.conftest import wait_until
 from tests.testapp import jobs
 
@@ -106,8 +106,8 @@ def test_dead_letter_when_attempts_run_out() -> None:
 def test_retry_run_at_follows_full_jitter_backoff() -> None:
     job = jobs.always_fails.using(max_attempts=5).enqueue()
     [claimed] = sql.claim(connection, worker="w", queues=["default"], n=1)
-    from django_pgjobs import outcomes
-    from django_pgjobs.executor import execute
+    from django_pgjobs.worker import outcomes
+    from django_pgjobs.worker.executor import execute
 
     outcome = execute(claimed, worker="w", alias="default")
     assert outcome.kind == "retry" and 0 <= outcome.delay <= 0.05  # BACKOFF_BASE * 2**0

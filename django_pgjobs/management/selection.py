@@ -11,8 +11,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_pgjobs import readiness
 from django_pgjobs.conf import get_settings
+from django_pgjobs.health import readiness
 from django_pgjobs.states import JobStatus
 from django_pgjobs.validation import check_queue
 

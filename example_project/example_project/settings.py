@@ -27,7 +27,7 @@ else:
     # pgserver asks platformdirs for a runtime dir; as root without XDG_RUNTIME_DIR
     # that warns on every command, though the fallback works fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-    from django_pgjobs.embedded import database_url
+    from django_pgjobs.testing.embedded import database_url
 
     DATABASES = {"default": env.db_url_config(database_url(BASE_DIR / ".pgdata"))}
 

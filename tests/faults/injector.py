@@ -64,8 +64,8 @@ def sql_constants() -> dict[str, str]:
 
 
 def skew_constants() -> dict[str, str]:
-    """The SQL constants of ``django_pgjobs.skew`` (the unknown-task sweeper's)."""
-    from django_pgjobs import skew
+    """The SQL constants of ``django_pgjobs.worker.skew`` (the unknown-task sweeper's)."""
+    from django_pgjobs.worker import skew
 
     return {name: value for name, value in vars(skew).items()
             if name.isupper() and not name.startswith("_") and isinstance(value, str)

@@ -21,12 +21,12 @@ EXPECTED = {
     "raise": ("dead", 2, "builtins.ValueError", "poison raised"),
     "exit": ("dead", 2, "builtins.SystemExit", "3"),
     "kbint": ("dead", 2, "builtins.KeyboardInterrupt", ""),
-    "set": ("dead", 1, "django_pgjobs.executor._BadReturn", "return value"),
-    "nan": ("dead", 1, "django_pgjobs.executor._BadReturn", "return value"),
+    "set": ("dead", 1, "django_pgjobs.worker.executor._BadReturn", "return value"),
+    "nan": ("dead", 1, "django_pgjobs.worker.executor._BadReturn", "return value"),
     "nul_error": ("dead", 2, "builtins.ValueError", "bad \\x00 byte"),
     "unprintable": ("dead", 2, "tests.testapp.jobs.FaultUnprintable", "unprintable"),
-    "nul_return": ("dead", 1, "django_pgjobs.executor._BadReturn", "return value"),
-    "surrogate_return": ("dead", 1, "django_pgjobs.executor._BadReturn", "return value"),
+    "nul_return": ("dead", 1, "django_pgjobs.worker.executor._BadReturn", "return value"),
+    "surrogate_return": ("dead", 1, "django_pgjobs.worker.executor._BadReturn", "return value"),
 }
 
 

@@ -27,7 +27,7 @@ from django_pgjobs import sql
 from django_pgjobs.backend import PgJobsBackend
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
-from django_pgjobs.worker import Worker
+from django_pgjobs.worker.loop import Worker
 
 from . import tasks as t
 from .helpers import drain

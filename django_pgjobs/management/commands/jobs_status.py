@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_pgjobs import readiness, status
 from django_pgjobs.conf import get_settings
+from django_pgjobs.health import readiness, status
 from django_pgjobs.management.commands.prune_jobs import duration
 
 

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 
 from django_pgjobs.conf import get_settings
+from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.management.selection import positive_float
-from django_pgjobs.reaper import Reaper
 from django_pgjobs.throttle import Backoff
 
 

@@ -11,9 +11,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_pgjobs import readiness, worker_hints
 from django_pgjobs.conf import get_settings
-from django_pgjobs.health import HealthFile
+from django_pgjobs.health import readiness
+from django_pgjobs.health.probe import HealthFile
 from django_pgjobs.management.selection import (
     port_number,
     positive_float,
@@ -21,6 +21,7 @@ from django_pgjobs.management.selection import (
     queue_names,
 )
 from django_pgjobs.worker import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_CONCURRENCY, Worker
+from django_pgjobs.worker import hints as worker_hints
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -105,7 +106,7 @@ class Command(BaseCommand):
             if health is not None:
                 health.stop()
             if metrics:
-                from django_pgjobs import metrics as metrics_module
+                from django_pgjobs.health import metrics as metrics_module
 
                 metrics_module.stop()
         if options["burst"] and worker.claimed_count == 0:
@@ -137,7 +138,7 @@ class Command(BaseCommand):
         if port is None:
             return False
         try:
-            from django_pgjobs import metrics
+            from django_pgjobs.health import metrics
         except ImproperlyConfigured as exc:
             raise CommandError(f"--metrics-port: {exc}") from None
         try:

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_pgjobs import pgcron
 from django_pgjobs.conf import get_settings
-from django_pgjobs.cron import ScheduleError, load_schedules
+from django_pgjobs.maintenance import pgcron
+from django_pgjobs.maintenance.cron import ScheduleError, load_schedules
 
 
 class Command(BaseCommand):

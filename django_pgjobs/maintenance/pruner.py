@@ -23,9 +23,9 @@ from typing import Any
 
 from django.db import connections
 
-from . import sql
-from .conf import get_settings
-from .states import TERMINAL
+from django_pgjobs import sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.states import TERMINAL
 
 logger = logging.getLogger("django_pgjobs")
 

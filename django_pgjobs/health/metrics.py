@@ -36,8 +36,8 @@ except ImportError as exc:  # pragma: no cover - exercised by the install docs, 
         "Prometheus metrics need prometheus_client: pip install \"django-pgjobs[metrics]\""
     ) from exc
 
-from . import signals
-from .queue_stats import QueueSample, QueueStatsRefresher
+from django_pgjobs import signals
+from django_pgjobs.health.queue_stats import QueueSample, QueueStatsRefresher
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import sql
-from .states import JobStatus
+from django_pgjobs import sql
+from django_pgjobs.states import JobStatus
 
 #: The window of the overview's per-queue counts of finished jobs.
 RECENT_WINDOW = timedelta(hours=1)

@@ -13,10 +13,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from . import flow
-from .conf import get_settings
-from .models import Job, Queue
-from .states import JobStatus
+from django_pgjobs import flow
+from django_pgjobs.conf import get_settings
+from django_pgjobs.models import Job, Queue
+from django_pgjobs.states import JobStatus
 
 
 class QueueForm(forms.ModelForm):

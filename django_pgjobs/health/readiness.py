@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, OperationalError, ProgrammingError, connections
 
-from . import sql
+from django_pgjobs import sql
 
 MIGRATE = "run `python manage.py migrate`"
 
@@ -108,7 +108,7 @@ def names_the_fix(what: str) -> Callable[[F], F]:
             except ProgrammingError as exc:
                 if not is_missing_table(exc):
                     raise
-                from .conf import get_settings
+                from django_pgjobs.conf import get_settings
 
                 alias = kwargs.get("using") or get_settings().DATABASE
                 name = getattr(args[0], "name", "") if args else ""

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import psycopg
 from django.db import connections
 
-from .sql import NOTIFY_CHANNEL
-from .throttle import Backoff
+from django_pgjobs.sql import NOTIFY_CHANNEL
+from django_pgjobs.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -34,9 +34,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from django.db import DataError, IntegrityError, connections, transaction
 
-from . import registry, sql
-from .conf import get_settings, suggest
-from .validation import check_arguments, check_max_attempts, check_priority, check_queue
+from django_pgjobs import registry, sql
+from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.validation import (
+    check_arguments,
+    check_max_attempts,
+    check_priority,
+    check_queue,
+)
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from django.db import connections
 
-from . import signals, sql
-from .conf import get_settings
+from django_pgjobs import signals, sql
+from django_pgjobs.conf import get_settings
 
 logger = logging.getLogger("django_pgjobs")
 

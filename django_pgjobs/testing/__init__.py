@@ -12,12 +12,13 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from . import flow, outcomes, signals, sql
-from .conf import get_settings
-from .exceptions import PgJobsError
-from .executor import Outcome, execute
-from .safetext import printable
-from .states import JobStatus
+from django_pgjobs import flow, signals, sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.exceptions import PgJobsError
+from django_pgjobs.safetext import printable
+from django_pgjobs.states import JobStatus
+from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.executor import Outcome, execute
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -84,7 +85,7 @@ def _warn_unknown(connection: Any, state: flow.FlowState) -> None:
     in this process (a worker would leave them too): a silent skip puzzles a test."""
     from django.db.models import Q
 
-    from .models import Job
+    from django_pgjobs.models import Job
 
     due = Job.objects.using(connection.alias).filter(
         Q(status=JobStatus.PENDING), Q(run_at__lte=timezone.now())).exclude(task__in=state.tasks)

@@ -17,13 +17,13 @@ from typing import Any, Literal
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql, tracing
-from .conf import get_settings
-from .context import JobContext
-from .decorators import JobDefinition
-from .exceptions import JobTimeout, LeaseLost, UnknownTask
-from .retry import backoff
-from .validation import check_json, check_result_size
+from django_pgjobs import registry, sql, tracing
+from django_pgjobs.conf import get_settings
+from django_pgjobs.context import JobContext
+from django_pgjobs.decorators import JobDefinition
+from django_pgjobs.exceptions import JobTimeout, LeaseLost, UnknownTask
+from django_pgjobs.retry import backoff
+from django_pgjobs.validation import check_json, check_result_size
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from . import overview
-from .conf import get_settings
+from django_pgjobs.conf import get_settings
+from django_pgjobs.health import overview
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -19,11 +19,12 @@ from typing import Any
 
 from django.db import connections
 
-from . import overview, sql
-from .conf import get_settings
-from .overview import QueueCounts, TableHealth
-from .safetext import printable
-from .states import TERMINAL
+from django_pgjobs import sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.health import overview
+from django_pgjobs.health.overview import QueueCounts, TableHealth
+from django_pgjobs.safetext import printable
+from django_pgjobs.states import TERMINAL
 
 FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
 
@@ -95,7 +96,7 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
     ordered = sorted(queues.values(), key=lambda e: e.queue)
     status = Status(ordered, window, workers, _estimates(tables[0]), tables, claim_index_bytes,
                     [])
-    from .skew import unknown_pending
+    from django_pgjobs.worker.skew import unknown_pending
 
     status.unknown_tasks = unknown_pending(connection, stale_after=conf.STALE_AFTER)
     status.warnings = warnings(status)

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError, connections
 
-from . import registry, sql
-from .conf import get_settings
-from .states import JobStatus
+from django_pgjobs import registry, sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.states import JobStatus
 
 
 def declared_queues() -> set[str]:

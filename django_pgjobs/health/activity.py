@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import sql
-from .states import JobStatus
+from django_pgjobs import sql
+from django_pgjobs.states import JobStatus
 
 #: How far back the charts go.
 WINDOW = timedelta(hours=1)

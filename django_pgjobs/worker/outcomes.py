@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import signals, sql
-from .executor import Outcome
+from django_pgjobs import signals, sql
+from django_pgjobs.worker.executor import Outcome
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -47,15 +47,16 @@ from django.db import (
     connections,
 )
 
-from . import executor, flow, outcomes, registry, signals, sql
-from .async_runner import AsyncRunner
-from .conf import get_settings
-from .context import JobContext
-from .executor import Outcome, execute, make_context
-from .listener import Listener
-from .maintenance import MaintenanceThread, Service, default_services
-from .runners import JobRunners
-from .throttle import Backoff
+from django_pgjobs import flow, registry, signals, sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.context import JobContext
+from django_pgjobs.maintenance.services import MaintenanceThread, Service, default_services
+from django_pgjobs.throttle import Backoff
+from django_pgjobs.worker import executor, outcomes
+from django_pgjobs.worker.async_runner import AsyncRunner
+from django_pgjobs.worker.executor import Outcome, execute, make_context
+from django_pgjobs.worker.listener import Listener
+from django_pgjobs.worker.runners import JobRunners
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -38,12 +38,13 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from . import charts, registry, sql
-from . import overview as overview_queries
-from .conf import get_settings
-from .models import Job, JobResult, Worker
-from .reaper import Reaper
-from .states import JobStatus
+from django_pgjobs import registry, sql
+from django_pgjobs.admin import charts
+from django_pgjobs.conf import get_settings
+from django_pgjobs.health import overview as overview_queries
+from django_pgjobs.maintenance.reaper import Reaper
+from django_pgjobs.models import Job, JobResult, Worker
+from django_pgjobs.states import JobStatus
 
 #: The list counts at most this many matching rows ("more than 10,000 jobs").
 COUNT_CAP = 10_000
@@ -193,7 +194,7 @@ class AttentionFilter(admin.SimpleListFilter):
         if value == "due":
             return queryset.filter(status=JobStatus.PENDING, run_at__lte=timezone.now())
         if value == "unknown":  # deploy skew (skew.py): no live worker claims these
-            from .skew import live_tasks
+            from django_pgjobs.worker.skew import live_tasks
 
             known = live_tasks(connections[_alias()], stale_after=get_settings().STALE_AFTER)
             return queryset.filter(status=JobStatus.PENDING).exclude(task__in=sorted(known))
@@ -687,4 +688,4 @@ class WorkerAdmin(admin.ModelAdmin):
         return age is not None and age.total_seconds() <= get_settings().STALE_AFTER
 
 
-from . import admin_queues  # noqa: E402,F401  (QueueAdmin: pause/resume, limits)
+from django_pgjobs.admin import queues as admin_queues  # noqa: E402,F401  (QueueAdmin: pause/resume, limits)

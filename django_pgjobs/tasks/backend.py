@@ -18,10 +18,10 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
-from . import tasks_bridge as bridge
-from .conf import get_settings, suggest
-from .enqueue import enqueue_one
-from .validation import check_idempotency_key, check_max_attempts, check_queue
+from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.enqueue import enqueue_one
+from django_pgjobs.tasks import bridge
+from django_pgjobs.validation import check_idempotency_key, check_max_attempts, check_queue
 
 #: Keys accepted in ``TASKS[alias]["OPTIONS"]`` (case-insensitive).
 OPTION_KEYS = frozenset({"max_attempts"})
@@ -116,7 +116,7 @@ class PgJobsBackend(BaseTaskBackend):
     def get_result(self, result_id: Any) -> TaskResult:  # type: ignore[type-arg]
         """The result of job ``result_id``; ``TaskResultDoesNotExist`` for an id that is
         malformed, unknown, or a ``@job`` (not a django.tasks task)."""
-        from .models import Job, JobResult
+        from django_pgjobs.models import Job, JobResult
 
         text = str(result_id)
         if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_ID:

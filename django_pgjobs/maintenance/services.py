@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from .throttle import Backoff
+from django_pgjobs.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -29,11 +29,11 @@ class Service(Protocol):
 
 def default_services(*, alias: str, worker: str) -> list[Service]:
     """The services a worker runs: the reaper, the pruner and (built-in engine) the cron ticker."""
-    from .conf import get_settings
-    from .cron import CronTicker, usable_schedules
-    from .pruner import Pruner
-    from .reaper import Reaper
-    from .skew import UnknownTaskSweeper
+    from django_pgjobs.conf import get_settings
+    from django_pgjobs.maintenance.cron import CronTicker, usable_schedules
+    from django_pgjobs.maintenance.pruner import Pruner
+    from django_pgjobs.maintenance.reaper import Reaper
+    from django_pgjobs.worker.skew import UnknownTaskSweeper
 
     services: list[Service] = [Reaper(alias=alias, worker=worker)]
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.

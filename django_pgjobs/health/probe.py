@@ -37,8 +37,8 @@ class HealthFile(threading.Thread):
     def run(self) -> None:
         from django.db import DatabaseError, connections
 
-        from . import sql
-        from .conf import get_settings
+        from django_pgjobs import sql
+        from django_pgjobs.conf import get_settings
 
         conf = get_settings()
         connection = connections[self.alias]

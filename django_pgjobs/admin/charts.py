@@ -153,7 +153,7 @@ def refresh_seconds(value: str | None) -> int:
 
 def overview_charts(connection: Any, ov: Any) -> dict[str, Any]:
     """The overview's chart context from its ``Overview`` (two more bounded queries)."""
-    from .activity import MAX_LAG_QUEUES, activity
+    from django_pgjobs.health.activity import MAX_LAG_QUEUES, activity
 
     oldest_due = {q.queue: ov.now - q.lag for q in ov.queues if q.lag is not None and q.due}
     data = activity(connection, now=ov.now, oldest_due=oldest_due)

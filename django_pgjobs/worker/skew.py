@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db import connections
 
-from . import sql
-from .conf import get_settings
-from .exceptions import UnknownTask
-from .states import JobStatus
+from django_pgjobs import sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.exceptions import UnknownTask
+from django_pgjobs.states import JobStatus
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -9,7 +9,7 @@ Three jobs, kept together because they share one vocabulary:
 * translation: a ``Job`` row becomes a ``TaskResult`` (statuses, attempts,
   errors, timestamps), and the worker-side runner sends Django's signals.
 
-Only ``tasks_backend.py`` and the worker (through the registry) use this module.
+Only ``tasks.backend`` and the worker (through the registry) use this module.
 """
 
 from __future__ import annotations
@@ -33,15 +33,16 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from . import outcomes, registry
-from .conf import get_settings
-from .decorators import JobDefinition
-from .executor import Outcome
-from .states import JobStatus
+from django_pgjobs import registry
+from django_pgjobs.conf import get_settings
+from django_pgjobs.decorators import JobDefinition
+from django_pgjobs.states import JobStatus
+from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.executor import Outcome
 
 if TYPE_CHECKING:
-    from .context import JobContext
-    from .models import Job
+    from django_pgjobs.context import JobContext
+    from django_pgjobs.models import Job
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -360,7 +361,7 @@ def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
     """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours."""
     from django.tasks import task_backends
 
-    from .tasks_backend import PgJobsBackend
+    from django_pgjobs.tasks.backend import PgJobsBackend
 
     try:
         backend = task_backends[task.backend]
@@ -379,7 +380,7 @@ def run(definition: TaskDefinition, job: JobContext, args: list[Any],
     """Run one attempt of a task inside the worker: RUNNING result -> ``task_started``
     -> call. ``task_finished`` waits for the attempt's outcome to be written (see
     ``_finished``): nobody is told "succeeded" about a write the lease refused."""
-    from .models import Job
+    from django_pgjobs.models import Job
 
     backend = backend_for(definition.task)
     row = Job.objects.using(get_settings().DATABASE).get(pk=job.job_id)

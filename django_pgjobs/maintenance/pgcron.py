@@ -26,10 +26,10 @@ from typing import Any
 import psycopg
 from django.db import connections
 
-from . import sql
-from .conf import get_settings
-from .cron import Schedule
-from .pruner import Pruner
+from django_pgjobs import sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.maintenance.cron import Schedule
+from django_pgjobs.maintenance.pruner import Pruner
 
 PREFIX = "pgjobs:"
 REAP_ENTRY = PREFIX + "_reap"
@@ -154,7 +154,7 @@ def enqueue_command(conn: psycopg.Connection[Any], schedule: Schedule,
 
 def maintenance_entries(conn: psycopg.Connection[Any]) -> list[Entry]:
     """The reaper and the pruner as SQL run once a minute by pg_cron."""
-    from .exceptions import WorkerLost
+    from django_pgjobs.exceptions import WorkerLost
 
     conf = get_settings()
     message = (f"worker lost: no heartbeat for more than {conf.STALE_AFTER:g}s; the job was "
