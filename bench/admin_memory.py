@@ -47,7 +47,8 @@ def main(command: str, size_mb: int = 50) -> None:
                 cursor.execute(
                     "INSERT INTO django_pgjobs_job (task, args, last_error, errors) VALUES "
                     "(%s, jsonb_build_array(repeat('x', %s)), 'boom', '[]')",
-                    [TASK, size_mb * 1024 * 1024])
+                    [TASK, size_mb * 1024 * 1024],
+                )
         return
     if command == "cleanup":
         with connection.cursor() as cursor:
@@ -58,13 +59,18 @@ def main(command: str, size_mb: int = 50) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT max(id) FROM django_pgjobs_job WHERE task = %s", [TASK])
         (job_id,) = cursor.fetchone()
-    url = (reverse("admin:django_pgjobs_job_changelist") if command == "list"
-           else reverse("admin:django_pgjobs_job_change", args=[job_id]))
+    url = (
+        reverse("admin:django_pgjobs_job_changelist")
+        if command == "list"
+        else reverse("admin:django_pgjobs_job_change", args=[job_id])
+    )
     client.get(reverse("admin:index"))  # warm up: templates, admin site, session
     before = peak_mb()
     response = client.get(url, HTTP_HOST="localhost")
-    print(f"{command}: HTTP {response.status_code}, {len(response.content) / 1024:,.0f} kB of "
-          f"HTML, peak RSS {before:,.0f} MB before the request, {peak_mb():,.0f} MB after")
+    print(
+        f"{command}: HTTP {response.status_code}, {len(response.content) / 1024:,.0f} kB of "
+        f"HTML, peak RSS {before:,.0f} MB before the request, {peak_mb():,.0f} MB after"
+    )
 
 
 if __name__ == "__main__":

@@ -52,19 +52,21 @@ def fill(keyed: bool) -> None:
             "        CASE WHEN %(keyed)s THEN 'k' || (g %% %(keys)s) END,"
             "        CASE WHEN %(keyed)s THEN 1 END"
             " FROM generate_series(1, %(rows)s) g",
-            {"task": TASK, "keyed": keyed, "keys": KEYS, "rows": ROWS})
+            {"task": TASK, "keyed": keyed, "keys": KEYS, "rows": ROWS},
+        )
         cur.execute(f"VACUUM ANALYZE {sql.JOB}")
 
 
 def limit_queue(**fields: Any) -> None:
     with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {sql.QUEUE} (name, paused, max_running, rate, rate_log,"
-                    " updated_at) VALUES ('bench', false, %s, %s, '[]', now())",
-                    [fields.get("max_running"), fields.get("rate")])
+        cur.execute(
+            f"INSERT INTO {sql.QUEUE} (name, paused, max_running, rate, rate_log,"
+            " updated_at) VALUES ('bench', false, %s, %s, '[]', now())",
+            [fields.get("max_running"), fields.get("rate")],
+        )
 
 
-def drive(claims: dict[str, Callable[[int], list[sql.Claimed]]], secs: float
-          ) -> dict[str, float]:
+def drive(claims: dict[str, Callable[[int], list[sql.Claimed]]], secs: float) -> dict[str, float]:
     """Round-robin the claim methods on the same table, timing each call: microseconds
     of claim statement per claimed job, per method (load on the machine hits all of
     them alike)."""
@@ -93,11 +95,17 @@ BASE = "0.1 claim (no task filter)"
 #: (keyed rows, queue limits, claim methods compared on that table)
 GROUPS: list[tuple[bool, dict[str, Any], dict[str, Callable[[int], list[sql.Claimed]]]]] = [
     (False, {}, {BASE: _claim(), "after skew: task filter": _claim(tasks=TASKS)}),
-    (False, {"max_running": 1000}, {
-        BASE: _claim(), "limited: max_running=1000": _claim(tasks=TASKS, limited=True)}),
+    (
+        False,
+        {"max_running": 1000},
+        {BASE: _claim(), "limited: max_running=1000": _claim(tasks=TASKS, limited=True)},
+    ),
     (True, {}, {BASE: _claim(), "limited: 1,000 keys, limit 1": _claim(tasks=TASKS, limited=True)}),
-    (True, {"rate": "100000/s"}, {
-        BASE: _claim(), "limited: keys + rate 100000/s": _claim(tasks=TASKS, limited=True)}),
+    (
+        True,
+        {"rate": "100000/s"},
+        {BASE: _claim(), "limited: keys + rate 100000/s": _claim(tasks=TASKS, limited=True)},
+    ),
 ]
 
 
@@ -122,13 +130,17 @@ def main() -> None:
             micros.setdefault(BASE, []).append(result[BASE])
     if options.json:
         print(json.dumps({"us_per_job": micros, "cost_vs_0_1": ratios}, indent=2))
-    print(f"{ROWS:,} due rows; claims of 10 with 40 running; {options.rounds} rounds of "
-          f"{options.secs:g} s per group")
+    print(
+        f"{ROWS:,} due rows; claims of 10 with 40 running; {options.rounds} rounds of "
+        f"{options.secs:g} s per group"
+    )
     print(f"{'scenario':34} {'us/job (median)':>16} {'cost vs 0.1':>12}   ratio per round")
     print(f"{BASE:34} {statistics.median(micros[BASE]):16.0f} {1.0:12.2f}")
     for name, values in ratios.items():
-        print(f"{name:34} {statistics.median(micros[name]):16.0f} "
-              f"{statistics.median(values):12.2f}   " + " ".join(f"{v:.2f}" for v in values))
+        print(
+            f"{name:34} {statistics.median(micros[name]):16.0f} "
+            f"{statistics.median(values):12.2f}   " + " ".join(f"{v:.2f}" for v in values)
+        )
 
 
 if __name__ == "__main__":

@@ -36,11 +36,20 @@ ap.add_argument("--history", type=int, default=1_000_000, help="finished rows fo
 ap.add_argument("--backlog", type=int, default=100_000)
 ap.add_argument("--soak-secs", type=float, default=60.0, help="target 6 (the issue asks 600)")
 ap.add_argument("--soak-rate", type=float, default=2000.0)
-ap.add_argument("--no-poll-interval", type=float, default=0.2,
-                help="poll interval of the --no-listen latency run")
-ap.add_argument("--modes", default="enqueue,drain,latency,io",
-                help="driver modes of the side-by-side step (io: 2,000 x 50 ms jobs, sync and async)")
-ap.add_argument("--skip", default="", help="comma list of: side,nolisten,history,backlog,soak,contention")
+ap.add_argument(
+    "--no-poll-interval",
+    type=float,
+    default=0.2,
+    help="poll interval of the --no-listen latency run",
+)
+ap.add_argument(
+    "--modes",
+    default="enqueue,drain,latency,io",
+    help="driver modes of the side-by-side step (io: 2,000 x 50 ms jobs, sync and async)",
+)
+ap.add_argument(
+    "--skip", default="", help="comma list of: side,nolisten,history,backlog,soak,contention"
+)
 A = ap.parse_args()
 
 WORK = os.path.abspath(A.work)
@@ -77,11 +86,29 @@ def med(vals: list[float]) -> float:
 
 # ---------------------------------------------------------------- 1-4 side by side
 def side_by_side() -> dict[str, dict[str, float]]:
-    peers = ["django_pgjobs", *([p for p in A.peers.split(",") if p] if A.peers != "all" else
-                                ["procrastinate", "pgqueuer", "django_tasks_db", "django_q2", "chancy"])]
+    peers = [
+        "django_pgjobs",
+        *(
+            [p for p in A.peers.split(",") if p]
+            if A.peers != "all"
+            else ["procrastinate", "pgqueuer", "django_tasks_db", "django_q2", "chancy"]
+        ),
+    ]
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    args = [sys.executable, "driver.py", "--peers", ",".join(dict.fromkeys(peers)),
-            "--reps", str(A.reps), "--n", str(A.n), "--stamp", stamp, "--modes", A.modes]
+    args = [
+        sys.executable,
+        "driver.py",
+        "--peers",
+        ",".join(dict.fromkeys(peers)),
+        "--reps",
+        str(A.reps),
+        "--n",
+        str(A.n),
+        "--stamp",
+        stamp,
+        "--modes",
+        A.modes,
+    ]
     if A.smoke:
         args += ["--n-single", "50", "--lat-n", "20", "--io-n", "200"]
     subprocess.run(args, check=True)
@@ -93,6 +120,7 @@ def side_by_side() -> dict[str, dict[str, float]]:
         errors = [r["error"] for r in runs if r["peer"] == name and "error" in r]
         if errors:
             raise SystemExit(f"{name}: {errors}")
+
         def pick(mode: str, key: str, mine: list[dict[str, Any]] = mine) -> float:
             return med([r[key] for r in mine if r["mode"] == mode and key in r])
 
@@ -101,32 +129,71 @@ def side_by_side() -> dict[str, dict[str, float]]:
             if io:
                 wall = med([r["wall_s"] for r in io])
                 ratio = med([r["wall_over_ideal"] for r in io if r.get("wall_over_ideal")])
-                row("io", f"{name} io-{kind} wall (ideal ratio)", f"{wall:.2f} s ({ratio:.2f}x ideal)"
-                    if ratio == ratio else f"{wall:.2f} s (no ideal: unbounded)")
-        got[name] = {"bulk": pick("enqueue", "jobs_per_s"), "single": pick("enqueue", "single_jobs_per_s"),
-                     "drain": pick("drain", "jobs_per_s"), "p50": pick("latency", "p50_ms"),
-                     "p95": pick("latency", "p95_ms"),
-                     "foreign": max((r.get("foreign_cores") or 0) for r in mine)}
+                row(
+                    "io",
+                    f"{name} io-{kind} wall (ideal ratio)",
+                    f"{wall:.2f} s ({ratio:.2f}x ideal)"
+                    if ratio == ratio
+                    else f"{wall:.2f} s (no ideal: unbounded)",
+                )
+        got[name] = {
+            "bulk": pick("enqueue", "jobs_per_s"),
+            "single": pick("enqueue", "single_jobs_per_s"),
+            "drain": pick("drain", "jobs_per_s"),
+            "p50": pick("latency", "p50_ms"),
+            "p95": pick("latency", "p95_ms"),
+            "foreign": max((r.get("foreign_cores") or 0) for r in mine),
+        }
     print("\n" + md + "\n")
     us = got["django_pgjobs"]
     row("-", "foreign load (max cores, ours)", f"{us['foreign']}")
     ref = got.get("pgqueuer")
     if ref:
-        row("1", "drain vs pgqueuer", f"{us['drain']:,.0f} / {ref['drain']:,.0f} = {us['drain'] / ref['drain']:.2f}x (>= 1.0)")
-        row("2", "bulk enqueue vs pgqueuer", f"{us['bulk']:,.0f} / {ref['bulk']:,.0f} = {us['bulk'] / ref['bulk']:.2f}x (>= 2.0)")
-        row("3", "single enqueue vs pgqueuer", f"{us['single']:,.0f} / {ref['single']:,.0f} = {us['single'] / ref['single']:.2f}x (>= 1.0)")
-        row("4", "latency p50 vs pgqueuer", f"{us['p50']:.2f} / {ref['p50']:.2f} ms = {us['p50'] / ref['p50']:.2f}x (<= 0.75)")
+        row(
+            "1",
+            "drain vs pgqueuer",
+            f"{us['drain']:,.0f} / {ref['drain']:,.0f} = {us['drain'] / ref['drain']:.2f}x (>= 1.0)",
+        )
+        row(
+            "2",
+            "bulk enqueue vs pgqueuer",
+            f"{us['bulk']:,.0f} / {ref['bulk']:,.0f} = {us['bulk'] / ref['bulk']:.2f}x (>= 2.0)",
+        )
+        row(
+            "3",
+            "single enqueue vs pgqueuer",
+            f"{us['single']:,.0f} / {ref['single']:,.0f} = {us['single'] / ref['single']:.2f}x (>= 1.0)",
+        )
+        row(
+            "4",
+            "latency p50 vs pgqueuer",
+            f"{us['p50']:.2f} / {ref['p50']:.2f} ms = {us['p50'] / ref['p50']:.2f}x (<= 0.75)",
+        )
     else:
-        row("1-3", "drain / bulk / single jobs/s", f"{us['drain']:,.0f} / {us['bulk']:,.0f} / {us['single']:,.0f}")
+        row(
+            "1-3",
+            "drain / bulk / single jobs/s",
+            f"{us['drain']:,.0f} / {us['bulk']:,.0f} / {us['single']:,.0f}",
+        )
     row("4", "latency p95 (LISTEN)", f"{us['p95']:.2f} ms (<= 10)")
     return got
 
 
-def adapter_run(mode: str, n: int, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any]:
+def adapter_run(
+    mode: str, n: int, env: dict[str, str], extra: list[str] | None = None
+) -> dict[str, Any]:
     db = "bench_django_pgjobs"
     recreate(db)
-    cmd = [sys.executable, os.path.join("peers", "peer_django_pgjobs.py"), mode, "--db", db,
-           "--n", str(n), *(extra or [])]
+    cmd = [
+        sys.executable,
+        os.path.join("peers", "peer_django_pgjobs.py"),
+        mode,
+        "--db",
+        db,
+        "--n",
+        str(n),
+        *(extra or []),
+    ]
     out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode or not lines:
@@ -136,10 +203,16 @@ def adapter_run(mode: str, n: int, env: dict[str, str], extra: list[str] | None 
 
 def no_listen() -> None:
     poll = A.no_poll_interval
-    r = adapter_run("latency", 20 if A.smoke else 200,
-                    {"BENCH_PGJOBS_LISTEN": "0", "BENCH_PGJOBS_POLL": str(poll)})
-    row("4", f"latency --no-listen, poll {poll}s: p50 / p95",
-        f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms (p95 <= {poll * 1000 + 10:.0f})")
+    r = adapter_run(
+        "latency",
+        20 if A.smoke else 200,
+        {"BENCH_PGJOBS_LISTEN": "0", "BENCH_PGJOBS_POLL": str(poll)},
+    )
+    row(
+        "4",
+        f"latency --no-listen, poll {poll}s: p50 / p95",
+        f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} ms (p95 <= {poll * 1000 + 10:.0f})",
+    )
 
 
 # ---------------------------------------------------------------- 5 history and backlog
@@ -158,7 +231,9 @@ class HistoryAdapter(ours.Adapter):
                 " finished_at, attempts, lease)"
                 " SELECT 'bench.history', 'completed', t, t, t, t, 1, 1"
                 " FROM (SELECT now() - make_interval(secs => g / 100.0) AS t"
-                "       FROM generate_series(1, %s) g) s", [self.history])
+                "       FROM generate_series(1, %s) g) s",
+                [self.history],
+            )
             cur.execute("VACUUM ANALYZE django_pgjobs_job")
             cur.execute("SELECT coalesce(max(id), 0) FROM django_pgjobs_job")
             self.first_id = cur.fetchone()[0]
@@ -168,14 +243,19 @@ class HistoryAdapter(ours.Adapter):
     # Count only the drained jobs, through the (status, id) index: a count over the
     # history every 0.1 s would load the server and skew the rate being measured.
     def count_done(self, cur) -> int:
-        cur.execute("SELECT count(*) FROM django_pgjobs_job WHERE status = 'completed'"
-                    " AND id > %s", [self.first_id])
+        cur.execute(
+            "SELECT count(*) FROM django_pgjobs_job WHERE status = 'completed' AND id > %s",
+            [self.first_id],
+        )
         return cur.fetchone()[0]
 
     def finish_window(self, cur):
-        cur.execute("SELECT extract(epoch FROM min(finished_at))::float8,"
-                    " extract(epoch FROM max(finished_at))::float8 FROM django_pgjobs_job"
-                    " WHERE status = 'completed' AND id > %s", [self.first_id])
+        cur.execute(
+            "SELECT extract(epoch FROM min(finished_at))::float8,"
+            " extract(epoch FROM max(finished_at))::float8 FROM django_pgjobs_job"
+            " WHERE status = 'completed' AND id > %s",
+            [self.first_id],
+        )
         return cur.fetchone()
 
 
@@ -185,8 +265,10 @@ def claim_plan() -> str:
     from django_pgjobs import sql
 
     with connection.cursor() as cur:
-        cur.execute("EXPLAIN (FORMAT JSON) " + sql.JOB_CLAIM_ONE_QUEUE,
-                    {"worker": "explain", "n": 100, "queue": "default"})
+        cur.execute(
+            "EXPLAIN (FORMAT JSON) " + sql.JOB_CLAIM_ONE_QUEUE,
+            {"worker": "explain", "n": 100, "queue": "default"},
+        )
         plan = cur.fetchone()[0]
     text = json.dumps(plan)
     return "claim index" if "pgjobs_job_claim_idx" in text else "NOT the claim index: " + text[:300]
@@ -208,12 +290,20 @@ def history_and_backlog() -> None:
 
         connections.close_all()
     a, b = rates.values()
-    row("5", f"drain, empty vs {A.history:,} finished rows", f"{a:,.0f} vs {b:,.0f} jobs/s = {b / a:.2f}x (>= 0.9)")
+    row(
+        "5",
+        f"drain, empty vs {A.history:,} finished rows",
+        f"{a:,.0f} vs {b:,.0f} jobs/s = {b / a:.2f}x (>= 0.9)",
+    )
     if "backlog" in SKIP:
         return
     r20 = adapter_run("drain", n, {})["jobs_per_s"]
     r100 = adapter_run("drain", A.backlog, {}, ["--timeout", "900"])["jobs_per_s"]
-    row("5", f"drain, backlog {n:,} vs {A.backlog:,}", f"{r20:,.0f} vs {r100:,.0f} jobs/s = {r100 / r20:.2f}x (>= 0.9)")
+    row(
+        "5",
+        f"drain, backlog {n:,} vs {A.backlog:,}",
+        f"{r20:,.0f} vs {r100:,.0f} jobs/s = {r100 / r20:.2f}x (>= 0.9)",
+    )
 
 
 # ---------------------------------------------------------------- 6 soak
@@ -262,9 +352,12 @@ def soak() -> None:
             if time.perf_counter() - t_sample > 5:
                 t_sample = time.perf_counter()
                 benchlib.check_alive(procs)
-                dead_max = max(dead_max, conn.execute(
-                    "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname='django_pgjobs_job'"
-                ).fetchone()[0])
+                dead_max = max(
+                    dead_max,
+                    conn.execute(
+                        "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname='django_pgjobs_job'"
+                    ).fetchone()[0],
+                )
         elapsed = time.perf_counter() - t0
         deadline = time.time() + 30
         while adapter.count_done(conn.cursor()) < sent and time.time() < deadline:
@@ -273,13 +366,24 @@ def soak() -> None:
     finally:
         adapter.close()
         benchlib.stop_workers(procs)
-    lats = sorted((float(b) - float(a)) * 1000 for a, b in
-                  (line.split() for line in open(lat_file) if line.strip()))
-    row("6", f"soak {A.soak_secs:.0f}s at {A.soak_rate:,.0f} jobs/s",
+    lats = sorted(
+        (float(b) - float(a)) * 1000
+        for a, b in (line.split() for line in open(lat_file) if line.strip())
+    )
+    row(
+        "6",
+        f"soak {A.soak_secs:.0f}s at {A.soak_rate:,.0f} jobs/s",
         f"sent {sent:,} ({sent / elapsed:,.0f}/s), ran {len(lats):,}; latency p50 "
-        f"{benchlib._pct(lats, 0.5):.1f} p95 {benchlib._pct(lats, 0.95):.1f} max {lats[-1] if lats else 0:.1f} ms (p95 < 20)")
-    row("6", "soak: dead tuples (max sampled) / worker RSS start -> end",
-        f"{dead_max:,} / " + ", ".join(f"{a / 1024:.0f} -> {b / 1024:.0f} MiB" for a, b in zip(rss0, rss1, strict=True)))
+        f"{benchlib._pct(lats, 0.5):.1f} p95 {benchlib._pct(lats, 0.95):.1f} max {lats[-1] if lats else 0:.1f} ms (p95 < 20)",
+    )
+    row(
+        "6",
+        "soak: dead tuples (max sampled) / worker RSS start -> end",
+        f"{dead_max:,} / "
+        + ", ".join(
+            f"{a / 1024:.0f} -> {b / 1024:.0f} MiB" for a, b in zip(rss0, rss1, strict=True)
+        ),
+    )
     conn.close()
 
 
@@ -296,7 +400,8 @@ def contention() -> None:
             "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint"
             " WHERE contype = 'f' AND (conrelid = 'django_pgjobs_job'::regclass"
             " OR confrelid = 'django_pgjobs_job'::regclass"
-            " OR conrelid = 'django_pgjobs_jobresult'::regclass)").fetchall()
+            " OR conrelid = 'django_pgjobs_jobresult'::regclass)"
+        ).fetchall()
     row("7", "foreign keys on/to the jobs table, from the result table", str(fks or "none"))
     waits: Counter[str] = Counter()
     samples = 0
@@ -309,7 +414,9 @@ def contention() -> None:
                 for (ev,) in c.execute(
                     "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')"
                     " FROM pg_stat_activity WHERE datname = %s AND state = 'active'"
-                    " AND pid <> pg_backend_pid()", [db]).fetchall():
+                    " AND pid <> pg_backend_pid()",
+                    [db],
+                ).fetchall():
                     waits[ev] += 1
                 samples += 1
                 time.sleep(0.01)
@@ -340,8 +447,13 @@ def contention() -> None:
 def main() -> None:
     t0 = time.time()
     say(f"work dir {WORK}; smoke={A.smoke}; n={A.n} reps={A.reps}")
-    steps = [("side", side_by_side), ("nolisten", no_listen), ("history", history_and_backlog),
-             ("contention", contention), ("soak", soak)]
+    steps = [
+        ("side", side_by_side),
+        ("nolisten", no_listen),
+        ("history", history_and_backlog),
+        ("contention", contention),
+        ("soak", soak),
+    ]
     for name, fn in steps:
         if name not in SKIP:
             say(f"== {name}")

@@ -40,8 +40,10 @@ class PgJobsConfig(AppConfig):
         autodiscover_tasks()  # django.tasks modules, when TASKS uses PgJobsBackend
 
 
-NOT_INSTALLED = ("django-pgjobs is not installed in this project: add 'django_pgjobs' to "
-                 "INSTALLED_APPS in your settings, then run `python manage.py migrate`")
+NOT_INSTALLED = (
+    "django-pgjobs is not installed in this project: add 'django_pgjobs' to "
+    "INSTALLED_APPS in your settings, then run `python manage.py migrate`"
+)
 
 
 def require_installed(what: str) -> None:

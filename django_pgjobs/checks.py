@@ -17,8 +17,10 @@ from django.core import checks
 from django_pgjobs.conf import SettingsError, build_settings, raw_settings, settings_errors
 
 #: Where a pip user finds the keys: the documentation's page, by title (not a repository path).
-SETTINGS_HINT = ("Every PGJOBS key, its type and default: the 'Settings' page of the "
-                 "django-pgjobs reference documentation.")
+SETTINGS_HINT = (
+    "Every PGJOBS key, its type and default: the 'Settings' page of the "
+    "django-pgjobs reference documentation."
+)
 CRON_HINT = "See the 'Recurring jobs' how-to in the django-pgjobs documentation."
 
 
@@ -31,32 +33,39 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         user = raw_settings()
         problems = settings_errors(user)
         if problems:
-            return [checks.Error(str(p), hint=SETTINGS_HINT, id="django_pgjobs.E002")
-                    for p in problems]
+            return [
+                checks.Error(str(p), hint=SETTINGS_HINT, id="django_pgjobs.E002") for p in problems
+            ]
         conf = build_settings(user)
     except SettingsError as exc:
         return [checks.Error(str(exc), hint=SETTINGS_HINT, id="django_pgjobs.E002")]
     alias = conf.DATABASE
     databases = getattr(django_settings, "DATABASES", {})
     if alias not in databases:
-        errors.append(checks.Error(
-            f"PGJOBS['DATABASE'] is {alias!r}, which is not in DATABASES",
-            id="django_pgjobs.E001",
-        ))
+        errors.append(
+            checks.Error(
+                f"PGJOBS['DATABASE'] is {alias!r}, which is not in DATABASES",
+                id="django_pgjobs.E001",
+            )
+        )
     else:
         engine = databases[alias].get("ENGINE", "")
         if "postgresql" not in engine:
-            errors.append(checks.Error(
-                f"django-pgjobs needs PostgreSQL; database {alias!r} uses {engine!r}",
-                hint="Set ENGINE to 'django.db.backends.postgresql' (psycopg 3).",
-                id="django_pgjobs.E001",
-            ))
+            errors.append(
+                checks.Error(
+                    f"django-pgjobs needs PostgreSQL; database {alias!r} uses {engine!r}",
+                    hint="Set ENGINE to 'django.db.backends.postgresql' (psycopg 3).",
+                    id="django_pgjobs.E001",
+                )
+            )
     if conf.STALE_AFTER < 3 * conf.HEARTBEAT_INTERVAL:
-        errors.append(checks.Error(
-            f"PGJOBS['STALE_AFTER'] ({conf.STALE_AFTER:g}s) must be at least 3 x "
-            f"HEARTBEAT_INTERVAL ({conf.HEARTBEAT_INTERVAL:g}s), or healthy jobs get reclaimed",
-            id="django_pgjobs.E003",
-        ))
+        errors.append(
+            checks.Error(
+                f"PGJOBS['STALE_AFTER'] ({conf.STALE_AFTER:g}s) must be at least 3 x "
+                f"HEARTBEAT_INTERVAL ({conf.HEARTBEAT_INTERVAL:g}s), or healthy jobs get reclaimed",
+                id="django_pgjobs.E003",
+            )
+        )
     return errors
 
 
@@ -71,17 +80,18 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
         return []  # reported by check_settings
     schedules, problems = collect_schedules(conf.CRON)
     messages: list[checks.CheckMessage] = [
-        checks.Error(str(p), hint=CRON_HINT, id=p.check_id)
-        for p in problems
+        checks.Error(str(p), hint=CRON_HINT, id=p.check_id) for p in problems
     ]
     shortest = min((r for r in conf.RETENTION.values() if r is not None), default=None)
     if schedules and shortest is not None and conf.CRON_CATCHUP_WINDOW >= shortest:
-        messages.append(checks.Warning(
-            f"PGJOBS['CRON_CATCHUP_WINDOW'] ({conf.CRON_CATCHUP_WINDOW:g}s) is not shorter than "
-            f"the shortest RETENTION ({shortest:g}s): a fire time whose job was already pruned "
-            "could be enqueued again after an outage",
-            id="django_pgjobs.W004",
-        ))
+        messages.append(
+            checks.Warning(
+                f"PGJOBS['CRON_CATCHUP_WINDOW'] ({conf.CRON_CATCHUP_WINDOW:g}s) is not shorter than "
+                f"the shortest RETENTION ({shortest:g}s): a fire time whose job was already pruned "
+                "could be enqueued again after an outage",
+                id="django_pgjobs.W004",
+            )
+        )
     return messages
 
 
@@ -94,5 +104,7 @@ def check_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         conf = build_settings(raw_settings())
     except SettingsError:
         return []  # reported by check_settings
-    return [checks.Error(p, hint="See docs/howto/control-throughput.md", id="django_pgjobs.E010")
-            for p in queue_problems(conf.QUEUES)]
+    return [
+        checks.Error(p, hint="See docs/howto/control-throughput.md", id="django_pgjobs.E010")
+        for p in queue_problems(conf.QUEUES)
+    ]

@@ -35,15 +35,15 @@ DEFAULTS: dict[str, Any] = {
     "CRON_ENGINE": "builtin",
     "LISTEN": True,
     # Release 0.2 (each key's behaviour is owned by the module named in its comment).
-    "PREPARE": "auto",            # sql.hot_cursor: server-side prepared hot statements
+    "PREPARE": "auto",  # sql.hot_cursor: server-side prepared hot statements
     "MAX_ARGS_BYTES": 1_048_576,  # enqueue: encoded args + kwargs of one job
     "MAX_RESULT_BYTES": 1_048_576,  # executor: encoded return value of one job
-    "MAX_ERRORS_KEPT": 20,        # outcomes: error entries kept per job (oldest dropped)
-    "DEFAULT_TIMEOUT": None,      # executor/worker: seconds a run may take (None: no limit)
+    "MAX_ERRORS_KEPT": 20,  # outcomes: error entries kept per job (oldest dropped)
+    "DEFAULT_TIMEOUT": None,  # executor/worker: seconds a run may take (None: no limit)
     "UNKNOWN_TASK_TIMEOUT": 3600.0,  # worker: dead-letter jobs no live worker knows after this
-    "QUEUES": {},                 # flow control: name -> {"max_running", "rate", "paused"}
-    "JOB_MODULES": [],            # registry: extra modules to import for @job functions
-    "METRICS_PORT": None,         # metrics: runjobs serves Prometheus /metrics on this port
+    "QUEUES": {},  # flow control: name -> {"max_running", "rate", "paused"}
+    "JOB_MODULES": [],  # registry: extra modules to import for @job functions
+    "METRICS_PORT": None,  # metrics: runjobs serves Prometheus /metrics on this port
 }
 
 DURATION_KEYS = frozenset(
@@ -129,8 +129,10 @@ def unknown_key_message(key: Any) -> str:
     """``PGJOBS has an unknown key 'x'`` with a suggestion (also for a lowercase key)."""
     text = str(key)
     if text.upper() in DEFAULTS:
-        return (f"PGJOBS has an unknown key {key!r}: keys are upper case. "
-                f"Did you mean {text.upper()!r}?")
+        return (
+            f"PGJOBS has an unknown key {key!r}: keys are upper case. "
+            f"Did you mean {text.upper()!r}?"
+        )
     return f"PGJOBS has an unknown key {key!r}.{suggest(text, set(DEFAULTS))}"
 
 
@@ -162,8 +164,13 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
             if seconds <= 0:
                 raise SettingsError(f"{name} must be positive, got {value!r}")
             out[key] = seconds
-        elif key in ("MAX_ATTEMPTS", "BATCH_SIZE", "MAX_ARGS_BYTES", "MAX_RESULT_BYTES",
-                     "MAX_ERRORS_KEPT"):
+        elif key in (
+            "MAX_ATTEMPTS",
+            "BATCH_SIZE",
+            "MAX_ARGS_BYTES",
+            "MAX_RESULT_BYTES",
+            "MAX_ERRORS_KEPT",
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SettingsError(f"{name} must be a whole number >= 1, got {value!r}")
             out[key] = value
@@ -185,8 +192,9 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
             else:
                 seconds = to_seconds(value, name)
                 if seconds <= 0:
-                    raise SettingsError(f"{name} must be positive or None (no limit), "
-                                        f"got {value!r}")
+                    raise SettingsError(
+                        f"{name} must be positive or None (no limit), got {value!r}"
+                    )
                 out[key] = seconds
         elif key == "QUEUES":
             # Entries are validated by the flow-control module (system check).
@@ -194,15 +202,20 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
                 raise SettingsError(f"{name} must be a dict of queue name -> options")
             out[key] = value
         elif key == "JOB_MODULES":
-            if isinstance(value, str) or not isinstance(value, list | tuple) or not all(
-                    isinstance(m, str) and m for m in value):
+            if (
+                isinstance(value, str)
+                or not isinstance(value, list | tuple)
+                or not all(isinstance(m, str) and m for m in value)
+            ):
                 raise SettingsError(f"{name} must be a list of module paths, got {value!r}")
             out[key] = list(value)
         elif key == "METRICS_PORT":
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 <= value <= 65535):
-                raise SettingsError(f"{name} must be a port number (0-65535) or None, "
-                                    f"got {value!r}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535
+            ):
+                raise SettingsError(
+                    f"{name} must be a port number (0-65535) or None, got {value!r}"
+                )
             out[key] = value
         elif key == "RETENTION":
             if not isinstance(value, dict):
@@ -216,8 +229,9 @@ def build_settings(user: dict[str, Any]) -> PgJobsSettings:
                     )
                 kept = None if dur is None else to_seconds(dur, f"{name}[{status!r}]")
                 if kept is not None and kept <= 0:
-                    raise SettingsError(f"{name}[{status!r}] must be positive or None (keep "
-                                        f"forever), got {dur!r}")
+                    raise SettingsError(
+                        f"{name}[{status!r}] must be positive or None (keep forever), got {dur!r}"
+                    )
                 retention[status] = kept
             out[key] = retention
         elif key == "CRON":

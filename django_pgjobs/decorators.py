@@ -32,9 +32,21 @@ UNSET_TIMEOUT = -1.0
 R = TypeVar("R")
 
 JOB_OPTIONS = frozenset(
-    {"name", "queue", "priority", "max_attempts", "atomic", "takes_context", "cron",
-     "retry_on", "discard_on", "timeout", "concurrency_key", "concurrency_limit",
-     "unique_while"}
+    {
+        "name",
+        "queue",
+        "priority",
+        "max_attempts",
+        "atomic",
+        "takes_context",
+        "cron",
+        "retry_on",
+        "discard_on",
+        "timeout",
+        "concurrency_key",
+        "concurrency_limit",
+        "unique_while",
+    }
 )
 
 
@@ -118,7 +130,8 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         raise ValueError(f"@job(cron=...) must be a cron expression string, got {cron!r}")
     max_attempts = options.get("max_attempts")
     concurrency_key, concurrency_limit = check_concurrency(
-        options.get("concurrency_key"), options.get("concurrency_limit"), name)
+        options.get("concurrency_key"), options.get("concurrency_limit"), name
+    )
     definition = JobDefinition(
         name=name,
         func=func,
@@ -131,7 +144,8 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         retry_on=_exception_classes(options.get("retry_on"), "retry_on"),
         discard_on=_exception_classes(options.get("discard_on"), "discard_on"),
         is_async=inspect.iscoroutinefunction(func),
-        timeout=check_timeout(options["timeout"], "@job(timeout=...)") if "timeout" in options
+        timeout=check_timeout(options["timeout"], "@job(timeout=...)")
+        if "timeout" in options
         else UNSET_TIMEOUT,
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
@@ -185,7 +199,9 @@ class JobFunction(Generic[P, R]):
 
         return await sync_to_async(self.enqueue)(*args, **kwargs)
 
-    def enqueue_many(self, calls: Iterable[Sequence[Any] | tuple[Sequence[Any], dict[str, Any]]]) -> int:
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | tuple[Sequence[Any], dict[str, Any]]]
+    ) -> int:
         """Insert many jobs, one round trip per batch; returns how many were inserted.
 
         Each item is a tuple of positional arguments, or ``(args, kwargs)`` when

@@ -55,8 +55,9 @@ def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
     from django_pgjobs.models import Job
 
     attnames, _, json_positions = _columns()
-    values: list[Any] = [as_django_time(v) if isinstance(v, datetime) else v
-                         for v in row[: len(attnames)]]
+    values: list[Any] = [
+        as_django_time(v) if isinstance(v, datetime) else v for v in row[: len(attnames)]
+    ]
     for i in json_positions:  # Django's psycopg setup loads jsonb as text
         if isinstance(values[i], str):
             values[i] = json.loads(values[i])
@@ -79,9 +80,15 @@ def _from_epoch_us(microseconds: int) -> datetime:
     return as_django_time(_EPOCH + timedelta(microseconds=microseconds))
 
 
-def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
-             args: list[Any], kwargs: dict[str, Any],
-             trace_context: dict[str, str] | None = None) -> Job:
+def _new_job(
+    alias: str,
+    row: Sequence[Any],
+    task: str,
+    opts: Mapping[str, Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    trace_context: dict[str, str] | None = None,
+) -> Job:
     """The inserted row, built from what we sent plus the server's (id, run_at,
     created_at): returning and parsing every column cost ~10% of a single enqueue.
     The other columns hold their db_default values (test_enqueue checks the two agree)."""
@@ -89,14 +96,29 @@ def _new_job(alias: str, row: Sequence[Any], task: str, opts: Mapping[str, Any],
 
     attnames, _, _ = _columns()
     values = {
-        "id": row[0], "task": task, "queue": opts["queue"], "priority": opts["priority"],
-        "args": args, "kwargs": kwargs, "status": "pending", "run_at": _from_epoch_us(row[1]),
-        "created_at": _from_epoch_us(row[2]), "started_at": None, "finished_at": None, "heartbeat_at": None,
-        "attempts": 0, "max_attempts": opts["max_attempts"], "lease": 0, "worker": None,
-        "idempotency_key": opts["idempotency_key"], "errors": [], "last_error": None,
+        "id": row[0],
+        "task": task,
+        "queue": opts["queue"],
+        "priority": opts["priority"],
+        "args": args,
+        "kwargs": kwargs,
+        "status": "pending",
+        "run_at": _from_epoch_us(row[1]),
+        "created_at": _from_epoch_us(row[2]),
+        "started_at": None,
+        "finished_at": None,
+        "heartbeat_at": None,
+        "attempts": 0,
+        "max_attempts": opts["max_attempts"],
+        "lease": 0,
+        "worker": None,
+        "idempotency_key": opts["idempotency_key"],
+        "errors": [],
+        "last_error": None,
         "timeout": opts["timeout"],
         "concurrency_key": opts.get("concurrency_key"),
-        "concurrency_limit": opts.get("concurrency_limit"), "unique_key": opts.get("unique_key"),
+        "concurrency_limit": opts.get("concurrency_limit"),
+        "unique_key": opts.get("unique_key"),
         "trace_context": trace_context,
     }
     job = Job.from_db(alias, attnames, [values[name] for name in attnames])
@@ -138,18 +160,28 @@ def enqueue_one(
     using: str | None = None,
 ) -> Job:
     """Validate, then insert one job (or return the job that already owns its key)."""
-    check_arguments(definition.func, definition.name, args, kwargs,
-                    takes_context=definition.takes_context)
+    check_arguments(
+        definition.func, definition.name, args, kwargs, takes_context=definition.takes_context
+    )
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
     args_text, kwargs_text = _json_text(args), _json_text(kwargs)
-    check_size(definition.func, definition.name, args, kwargs, len(args_text) + len(kwargs_text),
-               takes_context=definition.takes_context)
-    if (definition.concurrency_key is not None or definition.unique_while is not None
-            or opts["unique_key"] is not None):
+    check_size(
+        definition.func,
+        definition.name,
+        args,
+        kwargs,
+        len(args_text) + len(kwargs_text),
+        takes_context=definition.takes_context,
+    )
+    if (
+        definition.concurrency_key is not None
+        or definition.unique_while is not None
+        or opts["unique_key"] is not None
+    ):
         return _enqueue_flow(definition, args, kwargs, opts, alias, args_text, kwargs_text)
     if opts["delay"] is None:
         statement, when = sql.JOB_INSERT, opts["run_at"]
@@ -157,15 +189,27 @@ def enqueue_one(
         statement, when = sql.JOB_INSERT_DELAYED, opts["delay"].total_seconds()
     # OpenTelemetry (tracing.py): a send span, whose context the row stores. A
     # shared no-op context when tracing is off.
-    with tracing.publish(definition.name, opts["queue"]) as publish, \
-            sql.hot_cursor(connection) as cursor:
+    with (
+        tracing.publish(definition.name, opts["queue"]) as publish,
+        sql.hot_cursor(connection) as cursor,
+    ):
         carrier = publish.carrier if publish is not None else None
         for _ in range(3):
-            cursor.execute(statement, [
-                definition.name, opts["queue"], opts["priority"], args_text,
-                kwargs_text, when, opts["max_attempts"], key, opts["timeout"],
-                None if carrier is None else json.dumps(carrier),
-            ])
+            cursor.execute(
+                statement,
+                [
+                    definition.name,
+                    opts["queue"],
+                    opts["priority"],
+                    args_text,
+                    kwargs_text,
+                    when,
+                    opts["max_attempts"],
+                    key,
+                    opts["timeout"],
+                    None if carrier is None else json.dumps(carrier),
+                ],
+            )
             row = cursor.fetchone()
             if row is not None:
                 if publish is not None:
@@ -180,8 +224,15 @@ def enqueue_one(
     raise RuntimeError(f"could not enqueue {definition.name} with idempotency key {key!r}")
 
 
-def _enqueue_flow(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any],
-                  opts: dict[str, Any], alias: str, args_text: str, kwargs_text: str) -> Job:
+def _enqueue_flow(
+    definition: JobDefinition,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    opts: dict[str, Any],
+    alias: str,
+    args_text: str,
+    kwargs_text: str,
+) -> Job:
     """Enqueue a job with a concurrency key and/or a unique_while key (keys.py).
 
     ``ON CONFLICT DO NOTHING`` covers both unique indexes: a concurrent enqueue of
@@ -201,16 +252,30 @@ def _enqueue_flow(definition: JobDefinition, args: list[Any], kwargs: dict[str, 
         statement, when = sql.JOB_INSERT_FLOW, opts["run_at"]
     else:
         statement, when = sql.JOB_INSERT_FLOW_DELAYED, opts["delay"].total_seconds()
-    with tracing.publish(definition.name, opts["queue"]) as publish, \
-            sql.hot_cursor(connection) as cursor:
+    with (
+        tracing.publish(definition.name, opts["queue"]) as publish,
+        sql.hot_cursor(connection) as cursor,
+    ):
         carrier = publish.carrier if publish is not None else None
         for _ in range(3):
-            cursor.execute(statement, [
-                definition.name, opts["queue"], opts["priority"], args_text, kwargs_text, when,
-                opts["max_attempts"], opts["idempotency_key"], opts["timeout"],
-                ckey, opts["concurrency_limit"], opts["unique_key"],
-                None if carrier is None else json.dumps(carrier),
-            ])
+            cursor.execute(
+                statement,
+                [
+                    definition.name,
+                    opts["queue"],
+                    opts["priority"],
+                    args_text,
+                    kwargs_text,
+                    when,
+                    opts["max_attempts"],
+                    opts["idempotency_key"],
+                    opts["timeout"],
+                    ckey,
+                    opts["concurrency_limit"],
+                    opts["unique_key"],
+                    None if carrier is None else json.dumps(carrier),
+                ],
+            )
             row = cursor.fetchone()
             if row is not None:
                 if publish is not None:
@@ -282,7 +347,9 @@ def enqueue_batch(
             " enqueue keyed jobs one by one with .using(idempotency_key=...).enqueue()"
         )
     if isinstance(calls, str | bytes | Mapping):
-        raise TypeError(f"enqueue_many takes an iterable of argument tuples, got {type(calls).__name__}")
+        raise TypeError(
+            f"enqueue_many takes an iterable of argument tuples, got {type(calls).__name__}"
+        )
     if definition.unique_while is not None:
         raise ValueError(
             f"enqueue_many cannot enqueue {definition.name}: it is @job(unique_while=...), and "
@@ -295,13 +362,30 @@ def enqueue_batch(
     for index, item in enumerate(calls):
         args, kwargs = _split_call(item, definition.name, index)
         try:
-            check_arguments(definition.func, definition.name, args, kwargs,
-                            takes_context=definition.takes_context)
+            check_arguments(
+                definition.func,
+                definition.name,
+                args,
+                kwargs,
+                takes_context=definition.takes_context,
+            )
             args_text, kwargs_text = _json_text(args), _json_text(kwargs)
-            check_size(definition.func, definition.name, args, kwargs,
-                       len(args_text) + len(kwargs_text), takes_context=definition.takes_context)
-            row: tuple[Any, ...] = (definition.name, opts["queue"], opts["priority"], args_text,
-                                    kwargs_text, opts["max_attempts"])
+            check_size(
+                definition.func,
+                definition.name,
+                args,
+                kwargs,
+                len(args_text) + len(kwargs_text),
+                takes_context=definition.takes_context,
+            )
+            row: tuple[Any, ...] = (
+                definition.name,
+                opts["queue"],
+                opts["priority"],
+                args_text,
+                kwargs_text,
+                opts["max_attempts"],
+            )
             if keyed:
                 keys.format_check(definition, args, kwargs)
                 ckey = keys.concurrency_key(definition, args, kwargs)
@@ -320,8 +404,11 @@ def enqueue_batch(
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.
-    with tracing.publish(definition.name, opts["queue"], len(rows)) as publish, \
-            transaction.atomic(using=alias, savepoint=False), connection.cursor() as cursor:
+    with (
+        tracing.publish(definition.name, opts["queue"], len(rows)) as publish,
+        transaction.atomic(using=alias, savepoint=False),
+        connection.cursor() as cursor,
+    ):
         if publish is not None and publish.carrier is not None:
             # One send span for the batch: every job's span is its child.
             columns += ", trace_context"

@@ -42,8 +42,10 @@ def parse_rate(value: Any, where: str = "rate") -> tuple[int, float]:
     """``"N/s"`` | ``"N/m"`` | ``"N/h"`` -> (N, period in seconds); ValueError naming ``where``."""
     match = _RATE.match(value) if isinstance(value, str) else None
     if match is None:
-        raise ValueError(f'{where} must be "N/s", "N/m" or "N/h" with N a whole number '
-                         f'>= 1 (e.g. "100/m"), got {value!r}')
+        raise ValueError(
+            f'{where} must be "N/s", "N/m" or "N/h" with N a whole number '
+            f'>= 1 (e.g. "100/m"), got {value!r}'
+        )
     return int(match.group(1)), _PERIOD[match.group(2)]
 
 
@@ -68,13 +70,17 @@ def queue_problems(queues: dict[str, Any]) -> list[str]:
             problems.append(f"{where}: {exc}")
             continue
         if not isinstance(entry, dict):
-            problems.append(f"{where} must be a dict of options ({', '.join(sorted(QUEUE_KEYS))}),"
-                            f" got {type(entry).__name__}")
+            problems.append(
+                f"{where} must be a dict of options ({', '.join(sorted(QUEUE_KEYS))}),"
+                f" got {type(entry).__name__}"
+            )
             continue
         for key in entry:
             if key not in QUEUE_KEYS:
-                problems.append(f"{where} has unknown option {key!r}.{suggest(str(key), QUEUE_KEYS)}"
-                                f" Options are: {', '.join(sorted(QUEUE_KEYS))}")
+                problems.append(
+                    f"{where} has unknown option {key!r}.{suggest(str(key), QUEUE_KEYS)}"
+                    f" Options are: {', '.join(sorted(QUEUE_KEYS))}"
+                )
         try:
             check_max_running(entry.get("max_running"), f"{where}['max_running']")
         except ValueError as exc:
@@ -188,14 +194,19 @@ class FlowState:
     interval per worker; nothing on the claim itself.
     """
 
-    def __init__(self, queues: Sequence[str] | None, tasks: Sequence[str] | None = None,
-                 *, refresh: float | None = None, known_only: bool = False):
+    def __init__(
+        self,
+        queues: Sequence[str] | None,
+        tasks: Sequence[str] | None = None,
+        *,
+        refresh: float | None = None,
+        known_only: bool = False,
+    ):
         self.queues = list(queues) if queues else None
         definitions = registry.all_definitions()
         names = sorted(d.name for d in definitions) if tasks is None else sorted(tasks)
         self.tasks = tuple(names)
-        self.keyed = any(d.concurrency_key is not None for d in definitions
-                         if d.name in set(names))
+        self.keyed = any(d.concurrency_key is not None for d in definitions if d.name in set(names))
         self._known = frozenset(names)
         # Set once a claim returned a job of a task this worker does not know (deploy
         # skew): from then on the fast path filters by task too (see claim()).
@@ -255,8 +266,12 @@ class FlowState:
                 logger.warning(
                     "worker %s gave back %d job(s) of task(s) it does not know (%s), uncounted; "
                     "they wait for a worker that registers them (a rolling deploy?) and this "
-                    "worker now claims only its own tasks. %s", worker, len(unknown),
-                    ", ".join(sorted({printable(c.task) for c in unknown})), _discovery_hint())
+                    "worker now claims only its own tasks. %s",
+                    worker,
+                    len(unknown),
+                    ", ".join(sorted({printable(c.task) for c in unknown})),
+                    _discovery_hint(),
+                )
                 claimed = [c for c in claimed if c.task in self._known]
         return claimed
 

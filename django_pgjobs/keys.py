@@ -22,16 +22,25 @@ UNIQUE_WHILE = ("pending", "active")
 MAX_CONCURRENCY_LIMIT = 32767
 
 
-def check_concurrency(key: Any, limit: Any, task: str) -> tuple[str | Callable[..., Any] | None, int]:
+def check_concurrency(
+    key: Any, limit: Any, task: str
+) -> tuple[str | Callable[..., Any] | None, int]:
     """Validate ``@job(concurrency_key=..., concurrency_limit=...)`` at decoration time."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or not 1 <= limit <= MAX_CONCURRENCY_LIMIT):
-        raise ValueError(f"@job(concurrency_limit=...) of {task} must be a whole number from 1 to "
-                         f"{MAX_CONCURRENCY_LIMIT}, got {limit!r}")
+    if limit is not None and (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_CONCURRENCY_LIMIT
+    ):
+        raise ValueError(
+            f"@job(concurrency_limit=...) of {task} must be a whole number from 1 to "
+            f"{MAX_CONCURRENCY_LIMIT}, got {limit!r}"
+        )
     if key is None:
         if limit is not None:
-            raise TypeError(f"@job(concurrency_limit=...) of {task} needs a concurrency_key "
-                            "(the jobs that share a key share the limit)")
+            raise TypeError(
+                f"@job(concurrency_limit=...) of {task} needs a concurrency_key "
+                "(the jobs that share a key share the limit)"
+            )
         return None, 1
     if isinstance(key, str):
         if not key:
@@ -39,15 +48,20 @@ def check_concurrency(key: Any, limit: Any, task: str) -> tuple[str | Callable[.
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(key) if f is not None]
         except ValueError as exc:
-            raise ValueError(f"@job(concurrency_key=...) of {task} is not a valid format string "
-                             f"({exc}): {key!r}") from None
+            raise ValueError(
+                f"@job(concurrency_key=...) of {task} is not a valid format string ({exc}): {key!r}"
+            ) from None
         for name in fields:
             if not name or name[0].isdigit():
-                raise ValueError(f"@job(concurrency_key=...) of {task} must name arguments "
-                                 f"({{user_id}}), not positions: {key!r}")
+                raise ValueError(
+                    f"@job(concurrency_key=...) of {task} must name arguments "
+                    f"({{user_id}}), not positions: {key!r}"
+                )
     elif not callable(key):
-        raise TypeError(f"@job(concurrency_key=...) of {task} must be a format string over the "
-                        f"job's arguments (\"user:{{user_id}}\") or a callable, got {key!r}")
+        raise TypeError(
+            f"@job(concurrency_key=...) of {task} must be a format string over the "
+            f'job\'s arguments ("user:{{user_id}}") or a callable, got {key!r}'
+        )
     return key, limit or 1
 
 
@@ -64,9 +78,11 @@ def check_fields_exist(definition: JobDefinition) -> None:
             continue
         root = field.split(".", 1)[0].split("[", 1)[0]
         if root not in params:
-            raise ValueError(f"@job(concurrency_key={key!r}) of {definition.name} names "
-                             f"{root!r}, which is not a parameter of the function "
-                             f"(parameters: {', '.join(params) or 'none'})")
+            raise ValueError(
+                f"@job(concurrency_key={key!r}) of {definition.name} names "
+                f"{root!r}, which is not a parameter of the function "
+                f"(parameters: {', '.join(params) or 'none'})"
+            )
 
 
 def check_unique_while(value: Any) -> str | None:
@@ -85,7 +101,9 @@ def _parameters(definition: JobDefinition) -> dict[str, inspect.Parameter] | Non
     return params
 
 
-def concurrency_key(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+def concurrency_key(
+    definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]
+) -> str | None:
     """The stored key of one call (None: the job has no key and no limit)."""
     key = definition.concurrency_key
     if key is None:
@@ -94,8 +112,9 @@ def concurrency_key(definition: JobDefinition, args: list[Any], kwargs: dict[str
         try:
             value = key(*args, **kwargs)
         except Exception as exc:
-            raise ValueError(f"concurrency_key of {definition.name} raised "
-                             f"{type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"concurrency_key of {definition.name} raised {type(exc).__name__}: {exc}"
+            ) from exc
     else:
         value = key.format(**_bound(definition, args, kwargs))
     if value is None:
@@ -104,8 +123,9 @@ def concurrency_key(definition: JobDefinition, args: list[Any], kwargs: dict[str
         raise TypeError(f"concurrency_key of {definition.name} must give a string, got {value!r}")
     text = str(value)
     if not text or len(text) > 255:
-        raise ValueError(f"concurrency_key of {definition.name} must be 1-255 characters, "
-                         f"got {text!r}")
+        raise ValueError(
+            f"concurrency_key of {definition.name} must be 1-255 characters, got {text!r}"
+        )
     return text
 
 
@@ -134,19 +154,23 @@ def format_check(definition: JobDefinition, args: list[Any], kwargs: dict[str, A
         try:
             key.format(**_bound(definition, args, kwargs))
         except (KeyError, IndexError, AttributeError) as exc:
-            raise ValueError(f"concurrency_key {key!r} of {definition.name}: this call has no "
-                             f"argument {exc}") from None
+            raise ValueError(
+                f"concurrency_key {key!r} of {definition.name}: this call has no argument {exc}"
+            ) from None
 
 
-def unique_key(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any],
-               given: str | None) -> str | None:
+def unique_key(
+    definition: JobDefinition, args: list[Any], kwargs: dict[str, Any], given: str | None
+) -> str | None:
     """``"<mode>:<task>:<key>"`` for a ``unique_while`` job (default key: a digest of
     the arguments), else None. The mode prefix lets the claim free "pending" keys."""
     mode = definition.unique_while
     if mode is None:
         if given is not None:
-            raise TypeError(f".using(unique_key=...) needs @job(unique_while=\"pending\" or "
-                            f"\"active\") on {definition.name}")
+            raise TypeError(
+                f'.using(unique_key=...) needs @job(unique_while="pending" or '
+                f'"active") on {definition.name}'
+            )
         return None
     if given is None:
         text = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))

@@ -40,8 +40,10 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def stuck(self, stale_after: float | None = None) -> JobQuerySet:
         """Running with a heartbeat older than ``STALE_AFTER``."""
-        return self.filter(status=JobStatus.RUNNING,
-                           heartbeat_at__lt=timezone.now() - timedelta(seconds=_stale(stale_after)))
+        return self.filter(
+            status=JobStatus.RUNNING,
+            heartbeat_at__lt=timezone.now() - timedelta(seconds=_stale(stale_after)),
+        )
 
     def dead(self) -> JobQuerySet:
         return self.filter(status=JobStatus.DEAD)
@@ -52,8 +54,10 @@ class JobQuerySet(models.QuerySet["Job"]):
     def retryable(self, stale_after: float | None = None) -> JobQuerySet:
         """The jobs ``retry()`` would change: dead, cancelled, or stuck running."""
         stale = timezone.now() - timedelta(seconds=_stale(stale_after))
-        return self.filter(Q(status__in=[JobStatus.DEAD, JobStatus.CANCELLED])
-                           | Q(status=JobStatus.RUNNING, heartbeat_at__lt=stale))
+        return self.filter(
+            Q(status__in=[JobStatus.DEAD, JobStatus.CANCELLED])
+            | Q(status=JobStatus.RUNNING, heartbeat_at__lt=stale)
+        )
 
     def cancellable(self) -> JobQuerySet:
         """The jobs ``cancel()`` would change: pending or running."""
@@ -98,7 +102,8 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def _apply_each(self, statement: Callable[[Any, list[int]], set[int]]) -> list[set[int]]:
         alias = getattr(self, "_db", None) or router.db_for_write(
-            self.model, **getattr(self, "_hints", {}))
+            self.model, **getattr(self, "_hints", {})
+        )
         connection = connections[alias]
         return [statement(connection, ids) for ids in self._id_chunks()]
 
@@ -108,7 +113,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         if self.query.is_sliced:  # .filter(...)[:10].retry(): take the slice as given
             ids = sorted(self.values_list("id", flat=True))
             for start in range(0, len(ids), CHUNK):
-                yield ids[start:start + CHUNK]
+                yield ids[start : start + CHUNK]
             return
         base = self.order_by().values_list("id", flat=True)
         last = None
@@ -137,8 +142,9 @@ class JobManager(_BaseJobManager):
 
         return enqueue_by_name(task, args=args, kwargs=kwargs, using=self._db, **options)
 
-    async def aenqueue(self, task: str, *, args: Any = None, kwargs: Any = None,
-                       **options: Any) -> Job:
+    async def aenqueue(
+        self, task: str, *, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> Job:
         """``enqueue`` for async code; same options and guarantees."""
         from asgiref.sync import sync_to_async
 

@@ -46,7 +46,8 @@ class Job(models.Model):
     errors = models.JSONField(db_default=models.Value([], models.JSONField()))
     last_error = models.TextField(null=True, blank=True)
     timeout = models.FloatField(
-        null=True, blank=True, help_text="seconds a run may take (empty: no limit)")
+        null=True, blank=True, help_text="seconds a run may take (empty: no limit)"
+    )
     # Flow control (flow.py): computed at enqueue, read by the limited claim.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -105,8 +106,9 @@ class Job(models.Model):
             # all) stay out of it, and a finished job frees its key.
             models.UniqueConstraint(
                 fields=["unique_key"],
-                condition=Q(unique_key__isnull=False,
-                            status__in=[JobStatus.PENDING, JobStatus.RUNNING]),
+                condition=Q(
+                    unique_key__isnull=False, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
+                ),
                 name="pgjobs_job_unique_active_uniq",
             ),
             models.CheckConstraint(
@@ -190,8 +192,9 @@ class Worker(models.Model):
     started_at = models.DateTimeField(db_default=Now())
     last_seen = models.DateTimeField(db_default=Now())
     # Task names this process has registered: it claims only those (deploy skew).
-    tasks = models.JSONField(default=list, blank=True,
-                             db_default=models.Value([], models.JSONField()))
+    tasks = models.JSONField(
+        default=list, blank=True, db_default=models.Value([], models.JSONField())
+    )
 
     class Meta:
         ordering = ["-last_seen"]
@@ -215,23 +218,32 @@ class Queue(models.Model):
     name = models.CharField(max_length=100, primary_key=True)
     paused = models.BooleanField(default=False, db_default=False)
     max_running = models.PositiveIntegerField(
-        null=True, blank=True, help_text="jobs of this queue running at once, across all workers")
+        null=True, blank=True, help_text="jobs of this queue running at once, across all workers"
+    )
     rate = models.CharField(
-        max_length=20, null=True, blank=True,
-        help_text='job starts per period across all workers: "N/s", "N/m" or "N/h"')
+        max_length=20,
+        null=True,
+        blank=True,
+        help_text='job starts per period across all workers: "N/s", "N/m" or "N/h"',
+    )
     # Epoch seconds of the starts in the last period (jsonb: no dependency on
     # django.contrib.postgres, whose ArrayField Django 6.1 wants in INSTALLED_APPS).
-    rate_log = models.JSONField(default=list, blank=True, editable=False,
-                                db_default=models.Value([], models.JSONField()))
+    rate_log = models.JSONField(
+        default=list, blank=True, editable=False, db_default=models.Value([], models.JSONField())
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=Q(max_running__gte=1) | Q(max_running__isnull=True),
-                                   name="pgjobs_queue_max_running_positive"),
-            models.CheckConstraint(condition=Q(rate__regex=RATE_PATTERN) | Q(rate__isnull=True),
-                                   name="pgjobs_queue_rate_format"),
+            models.CheckConstraint(
+                condition=Q(max_running__gte=1) | Q(max_running__isnull=True),
+                name="pgjobs_queue_max_running_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate__regex=RATE_PATTERN) | Q(rate__isnull=True),
+                name="pgjobs_queue_rate_format",
+            ),
         ]
 
     def __str__(self) -> str:

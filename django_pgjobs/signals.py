@@ -49,5 +49,7 @@ def send(signal: Signal, **kwargs: Any) -> None:
         if isinstance(response, BaseException):
             logger.error(
                 "signal receiver %r raised %r (ignored; the job's outcome is unchanged)",
-                receiver, response, exc_info=response,
+                receiver,
+                response,
+                exc_info=response,
             )

@@ -88,11 +88,13 @@ SELECT ins.id,
 """
 
 JOB_INSERT_FLOW_DELAYED = JOB_INSERT_FLOW.replace(
-    "COALESCE(%s, now())", "now() + make_interval(secs => %s)")
+    "COALESCE(%s, now())", "now() + make_interval(secs => %s)"
+)
 
 # The job holding a unique_while key (the partial unique index's predicate).
 JOB_BY_UNIQUE_KEY_WHERE = (
-    f"WHERE unique_key = %s AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')")
+    f"WHERE unique_key = %s AND status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')"
+)
 
 # The partial unique index that holds unique_while keys (models.Job.Meta).
 UNIQUE_ACTIVE_INDEX = "pgjobs_job_unique_active_uniq"
@@ -231,8 +233,7 @@ FLOW_LOCK = f"SELECT pg_advisory_xact_lock({FLOW_LOCK_KEY})"
 # "N/s" | "N/m" | "N/h" of a queue row q, as (count, seconds). rate_log is a jsonb
 # array of epoch seconds (numeric: exact to the microsecond).
 _RATE_N = "split_part(q.rate, '/', 1)::int"
-_RATE_PERIOD = ("CASE split_part(q.rate, '/', 2) WHEN 's' THEN 1 WHEN 'm' THEN 60 "
-                "ELSE 3600 END")
+_RATE_PERIOD = "CASE split_part(q.rate, '/', 2) WHEN 's' THEN 1 WHEN 'm' THEN 60 ELSE 3600 END"
 _NOW_EPOCH = "extract(epoch FROM now())"
 
 # The candidate queues (qs.name) with what each may still start now:
@@ -342,6 +343,7 @@ SELECT name, paused, max_running, rate FROM {QUEUE}
 # Fenced writes about claimed jobs
 # ---------------------------------------------------------------------------
 
+
 def _lock_ours(source: str) -> str:
     """The running rows of ``source`` (id, lease) that are still ours, locked in id
     order: the shared first step of the heartbeat and the batched completion, so the
@@ -399,12 +401,15 @@ SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
  WHERE j.status = '{JobStatus.COMPLETED}'
 """
 
+
 def keep_newest(array: str) -> str:
     """SQL for the jsonb array ``array`` cut to its ``%(keep)s`` newest entries
     (``PGJOBS["MAX_ERRORS_KEPT"]``): the error history of a job stays bounded
     however often it fails, is reclaimed or retried."""
-    return (f"jsonb_path_query_array({array}, 'lax $[last - $n + 1 to last]', "
-            "jsonb_build_object('n', %(keep)s::int))")
+    return (
+        f"jsonb_path_query_array({array}, 'lax $[last - $n + 1 to last]', "
+        "jsonb_build_object('n', %(keep)s::int))"
+    )
 
 
 # Recognising our own earlier committed write (its reply was lost, the write is
@@ -727,10 +732,13 @@ class _PreparedCursor:
 
         try:
             return self.cursor.execute(statement, params, prepare=True)
-        except (psycopg.errors.InvalidSqlStatementName,
-                psycopg.errors.DuplicatePreparedStatement) as exc:
-            _disable_prepare(f"the server lost a prepared statement ({exc}); probably a "
-                             "transaction pooler")
+        except (
+            psycopg.errors.InvalidSqlStatementName,
+            psycopg.errors.DuplicatePreparedStatement,
+        ) as exc:
+            _disable_prepare(
+                f"the server lost a prepared statement ({exc}); probably a transaction pooler"
+            )
             if not self.wrapper.get_autocommit():
                 raise
             return self.cursor.execute(statement, params, prepare=False)
@@ -749,7 +757,9 @@ def _disable_prepare(reason: str) -> None:
 
         logging.getLogger("django_pgjobs").warning(
             "prepared statements switched off for this process: %s "
-            "(set PGJOBS['PREPARE'] = False to say so up front)", reason)
+            "(set PGJOBS['PREPARE'] = False to say so up front)",
+            reason,
+        )
     _prepare_disabled = True
 
 
@@ -799,8 +809,7 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     statement may vanish, and only outside a transaction can the statement be
     repeated unprepared).
     """
-    if getattr(connection, "queries_logged", True) or getattr(
-            connection, "execute_wrappers", None):
+    if getattr(connection, "queries_logged", True) or getattr(connection, "execute_wrappers", None):
         # Queries are logged, wrappers are installed, or this is a plain psycopg
         # connection (the fault suite drives these functions with its own).
         with connection.cursor() as cursor:
@@ -821,15 +830,23 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
         cached = (raw, plain, _PreparedCursor(plain, connection) if prepare else None)
         connection._pgjobs_hot_cursor = cached  # type: ignore[attr-defined]
     prepared = cached[2]
-    use = cached[1] if prepared is None or (
-        _prepare_disabled or not connection.get_autocommit()) else prepared
+    use = (
+        cached[1]
+        if prepared is None or (_prepare_disabled or not connection.get_autocommit())
+        else prepared
+    )
     with connection.wrap_database_errors:
         yield use
 
 
 def claim(
-    connection: BaseDatabaseWrapper, *, worker: str, queues: Sequence[str] | None, n: int,
-    tasks: Sequence[str] | None = None, limited: bool = False,
+    connection: BaseDatabaseWrapper,
+    *,
+    worker: str,
+    queues: Sequence[str] | None,
+    n: int,
+    tasks: Sequence[str] | None = None,
+    limited: bool = False,
 ) -> list[Claimed]:
     """Claim up to ``n`` due jobs (``queues=None``: every queue).
 
@@ -865,23 +882,27 @@ def task_array(tasks: tuple[str, ...]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
-def _claim_limited(connection: BaseDatabaseWrapper, params: dict[str, Any],
-                   queues: Sequence[str] | None, tasks: Sequence[str] | None) -> list[Claimed]:
+def _claim_limited(
+    connection: BaseDatabaseWrapper,
+    params: dict[str, Any],
+    queues: Sequence[str] | None,
+    tasks: Sequence[str] | None,
+) -> list[Claimed]:
     """FLOW_LOCK, then the limited claim, in one short transaction (see FLOW_LOCK)."""
     from django.db import transaction
 
     from django_pgjobs import registry
 
-    params["tasks"] = task_array(tuple(tasks) if tasks is not None else tuple(
-        d.name for d in registry.all_definitions()))
+    params["tasks"] = task_array(
+        tuple(tasks) if tasks is not None else tuple(d.name for d in registry.all_definitions())
+    )
     params["scan"] = max(4 * params["n"], 64)
     if queues is None:
         statement = JOB_CLAIM_LIMITED_ALL
     else:
         statement = JOB_CLAIM_LIMITED_QUEUES
         params["queues"] = list(queues)
-    with transaction.atomic(using=connection.alias, savepoint=False), \
-            connection.cursor() as cursor:
+    with transaction.atomic(using=connection.alias, savepoint=False), connection.cursor() as cursor:
         cursor.execute(FLOW_LOCK)
         cursor.execute(statement, params)
         rows = cursor.fetchall()
@@ -892,8 +913,20 @@ def _claimed(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
     # Decoded per row: one undecodable row fails its own job, not the batch.
     return [
-        Claimed(r[0], r[1], _args(r[2]), _args(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
-                r[10], _trace_context(r[11]))
+        Claimed(
+            r[0],
+            r[1],
+            _args(r[2]),
+            _args(r[3]),
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            r[10],
+            _trace_context(r[11]),
+        )
         for r in rows
     ]
 
@@ -981,15 +1014,18 @@ def retry_status(
     """Write a retry; the status it gave the row ("pending", or "dead" when the
     attempts guard dead-lettered it), or None when the lease was no longer ours."""
     with hot_cursor(connection) as cursor:
-        cursor.execute(JOB_RETRY, {"id": id, "lease": lease, "delay": delay,
-                                   "keep": _keep(), **_error_params(error)})
+        cursor.execute(
+            JOB_RETRY,
+            {"id": id, "lease": lease, "delay": delay, "keep": _keep(), **_error_params(error)},
+        )
         row = cursor.fetchone()
     return None if row is None else str(row[0])
 
 
 def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
-    return _fenced(connection, JOB_DEAD, {"id": id, "lease": lease, "keep": _keep(),
-                                          **_error_params(error)})
+    return _fenced(
+        connection, JOB_DEAD, {"id": id, "lease": lease, "keep": _keep(), **_error_params(error)}
+    )
 
 
 def _error_params(error: dict[str, Any]) -> dict[str, Any]:
@@ -999,8 +1035,12 @@ def _error_params(error: dict[str, Any]) -> dict[str, Any]:
     if error.get("at") is not None:
         mark = json.dumps([{k: error.get(k) for k in ("attempt", "at", "worker")}])
     attempt = error.get("attempt")
-    return {"error": json.dumps([error]), "last_error": _last_error(error), "mark": mark,
-            "attempt": attempt if isinstance(attempt, int) else None}
+    return {
+        "error": json.dumps([error]),
+        "last_error": _last_error(error),
+        "mark": mark,
+        "attempt": attempt if isinstance(attempt, int) else None,
+    }
 
 
 def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
@@ -1009,21 +1049,38 @@ def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
 
 def dead_exhausted(connection: BaseDatabaseWrapper, *, worker: str) -> list[tuple[int, str]]:
     """Dead-letter pending rows whose attempts are used up (they fail every claim)."""
-    message = ("pending with its attempts used up, which would fail every claim of its "
-               "queue; dead-lettered")
+    message = (
+        "pending with its attempts used up, which would fail every claim of its "
+        "queue; dead-lettered"
+    )
     with connection.cursor() as cursor:
         cursor.execute(JOB_DEAD_EXHAUSTED, {"message": message, "worker": worker})
         return [(r[0], r[1]) for r in cursor.fetchall()]
 
 
-def timed_out(connection: BaseDatabaseWrapper, *, id: int, lease: int, retry: bool,
-              delay: float, error: dict[str, Any]) -> str | None:
+def timed_out(
+    connection: BaseDatabaseWrapper,
+    *,
+    id: int,
+    lease: int,
+    retry: bool,
+    delay: float,
+    error: dict[str, Any],
+) -> str | None:
     """Give up on a run past its timeout (lease bumped); the new status, or None if
     the lease was no longer ours."""
     with hot_cursor(connection) as cursor:
-        cursor.execute(JOB_TIMED_OUT, {
-            "id": id, "lease": lease, "retry": retry, "delay": delay, "keep": _keep(),
-            **_error_params(error)})
+        cursor.execute(
+            JOB_TIMED_OUT,
+            {
+                "id": id,
+                "lease": lease,
+                "retry": retry,
+                "delay": delay,
+                "keep": _keep(),
+                **_error_params(error),
+            },
+        )
         row = cursor.fetchone()
     return None if row is None else str(row[0])
 
@@ -1052,10 +1109,16 @@ def reap(
         "the job was reclaimed (it may have been running on a worker that was only slow)"
     )
     with connection.cursor() as cursor:
-        cursor.execute(JOB_REAP_STALE, {
-            "stale_after": stale_after, "batch": batch, "message": message,
-            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}", "keep": _keep(),
-        })
+        cursor.execute(
+            JOB_REAP_STALE,
+            {
+                "stale_after": stale_after,
+                "batch": batch,
+                "message": message,
+                "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+                "keep": _keep(),
+            },
+        )
         return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
 
 
@@ -1084,13 +1147,16 @@ class Retried:
     held: dict[int, int]
 
 
-def retry_now(connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float) -> set[int]:
+def retry_now(
+    connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float
+) -> set[int]:
     """The ids put back to pending (see ``retry_jobs`` for the skipped ones)."""
     return retry_jobs(connection, ids, stale_after=stale_after).changed
 
 
-def retry_jobs(connection: BaseDatabaseWrapper, ids: Sequence[int], *,
-               stale_after: float) -> Retried:
+def retry_jobs(
+    connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float
+) -> Retried:
     """Retry now, skipping jobs whose unique_while key another job holds (JOB_RETRY_NOW).
 
     Key locks and retry share one transaction (its own when the caller has none).
@@ -1115,8 +1181,9 @@ def retry_jobs(connection: BaseDatabaseWrapper, ids: Sequence[int], *,
                 diag = getattr(exc, "diag", None) or getattr(exc.__cause__, "diag", None)
                 if getattr(diag, "constraint_name", None) != UNIQUE_ACTIVE_INDEX or attempt == 2:
                     raise
-    return Retried({r[0] for r in rows if r[1] is None},
-                   {r[0]: r[1] for r in rows if r[1] is not None})
+    return Retried(
+        {r[0] for r in rows if r[1] is None}, {r[0]: r[1] for r in rows if r[1] is not None}
+    )
 
 
 def _keep() -> int:
@@ -1276,8 +1343,9 @@ LIMIT 1000
 # function in it; @SCHEMA@ is that schema as an identifier, @SCHEMA_LITERAL@ the
 # same text escaped for use inside a string literal of the body.
 # A list or object nested deeper than validation.MAX_DEPTH inside one argument.
-_TOO_DEEP = (f'strict $.**{{{MAX_JSON_DEPTH + 1} to last}} '
-             '? (@.type() == "array" || @.type() == "object")')
+_TOO_DEEP = (
+    f'strict $.**{{{MAX_JSON_DEPTH + 1} to last}} ? (@.type() == "array" || @.type() == "object")'
+)
 
 ENQUEUE_FUNCTION = f"""
 DO $do$

@@ -25,8 +25,13 @@ class Backoff:
         now = time.monotonic()
         if now - self._last_log >= 10.0 or self.failures == 1:
             more = f" ({self._suppressed} similar errors suppressed)" if self._suppressed else ""
-            logger.warning("database error on the %s (failure %d, retrying): %s%s",
-                           self.what, self.failures, exc, more)
+            logger.warning(
+                "database error on the %s (failure %d, retrying): %s%s",
+                self.what,
+                self.failures,
+                exc,
+                more,
+            )
             self._last_log = now
             self._suppressed = 0
         else:

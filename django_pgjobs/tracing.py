@@ -84,8 +84,9 @@ def _publish(tracer: Any, task: str, queue: str, count: int) -> Iterator[Publish
     }
     if count != 1:
         attributes["messaging.batch.message_count"] = count
-    with tracer.start_as_current_span(f"{task} send", kind=trace.SpanKind.PRODUCER,
-                                      attributes=attributes) as span:
+    with tracer.start_as_current_span(
+        f"{task} send", kind=trace.SpanKind.PRODUCER, attributes=attributes
+    ) as span:
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
         yield Publish(span, carrier or None)
@@ -104,8 +105,9 @@ def _process(tracer: Any, claimed: Any) -> Iterator[Any]:
     carrier = getattr(claimed, "trace_context", None)
     # The stored context alone is the parent (not whatever runs the job: a worker
     # thread has none; run_jobs may run inside a test's span).
-    parent = propagate.extract(carrier if isinstance(carrier, dict) else {},
-                               context=otel_context.Context())
+    parent = propagate.extract(
+        carrier if isinstance(carrier, dict) else {}, context=otel_context.Context()
+    )
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": claimed.queue,
@@ -116,7 +118,10 @@ def _process(tracer: Any, claimed: Any) -> Iterator[Any]:
         "django_pgjobs.attempt": claimed.attempt,
         "django_pgjobs.max_attempts": claimed.max_attempts,
     }
-    with tracer.start_as_current_span(f"{claimed.task} process", context=parent,
-                                      kind=trace.SpanKind.CONSUMER,
-                                      attributes=attributes) as span:
+    with tracer.start_as_current_span(
+        f"{claimed.task} process",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes=attributes,
+    ) as span:
         yield span

@@ -22,8 +22,16 @@ MAX_DELAY = timedelta(days=365 * 1000)
 
 #: Options accepted by ``.using()`` and ``Job.objects.enqueue``.
 CALL_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "max_attempts", "idempotency_key", "timeout",
-     "unique_key"}
+    {
+        "queue",
+        "priority",
+        "run_at",
+        "delay",
+        "max_attempts",
+        "idempotency_key",
+        "timeout",
+        "unique_key",
+    }
 )
 
 
@@ -38,8 +46,9 @@ def check_timeout(value: Any, where: str = "timeout") -> float | None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise TypeError(f"{where} must be seconds (int or float), a timedelta or None, "
-                        f"got {value!r}")
+        raise TypeError(
+            f"{where} must be seconds (int or float), a timedelta or None, got {value!r}"
+        )
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{where} must be a positive number of seconds or None, got {value!r}")
     return seconds
@@ -50,14 +59,17 @@ def check_text(value: str, where: str) -> None:
     naming the argument, instead of failing in the database (or, for a return
     value, wedging the worker's completion batch)."""
     if "\x00" in value:
-        raise TypeError(f"{where} contains a NUL character (\\x00), which PostgreSQL "
-                        "cannot store in JSON")
+        raise TypeError(
+            f"{where} contains a NUL character (\\x00), which PostgreSQL cannot store in JSON"
+        )
     if not value.isascii():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise TypeError(f"{where} contains a lone surrogate, which is not valid Unicode "
-                            "and cannot be stored in JSON") from None
+            raise TypeError(
+                f"{where} contains a lone surrogate, which is not valid Unicode "
+                "and cannot be stored in JSON"
+            ) from None
 
 
 def _storable_text(value: str, name: str) -> None:
@@ -86,21 +98,27 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True, _depth: int
         return
     if isinstance(value, int):
         if value.bit_length() > MAX_INT_BITS:
-            raise TypeError(f"{where} cannot be stored as JSON: an int of about "
-                            f"{int(value.bit_length() * 0.30103)} digits, more than Python "
-                            "reads back (about 4,200); pass it as a string")
+            raise TypeError(
+                f"{where} cannot be stored as JSON: an int of about "
+                f"{int(value.bit_length() * 0.30103)} digits, more than Python "
+                "reads back (about 4,200); pass it as a string"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise TypeError(f"{where} is {value!r}, which JSON cannot represent")
         if exact_floats and value.is_integer() and abs(value) >= 1e16:
             # jsonb stores numbers as numeric: 1e+16 comes back as the int 10000000000000000.
-            raise TypeError(f"{where} is the float {value!r}, which PostgreSQL's jsonb gives "
-                            f"back as an int; pass int(...) or a string")
+            raise TypeError(
+                f"{where} is the float {value!r}, which PostgreSQL's jsonb gives "
+                f"back as an int; pass int(...) or a string"
+            )
         return
     if isinstance(value, list | dict) and _depth >= MAX_DEPTH:
-        raise TypeError(f"{where} is nested too deeply: lists/dicts more than {MAX_DEPTH} "
-                        "levels deep could not be decoded again")
+        raise TypeError(
+            f"{where} is nested too deeply: lists/dicts more than {MAX_DEPTH} "
+            "levels deep could not be decoded again"
+        )
     if isinstance(value, list):
         for i, item in enumerate(value):
             check_json(item, f"{where}[{i}]", exact_floats=exact_floats, _depth=_depth + 1)
@@ -128,8 +146,15 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True, _depth: int
     )
 
 
-def check_size(func: Callable[..., Any], task: str, args: Sequence[Any],
-               kwargs: Mapping[str, Any], size: int, *, takes_context: bool = False) -> None:
+def check_size(
+    func: Callable[..., Any],
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    size: int,
+    *,
+    takes_context: bool = False,
+) -> None:
     """Refuse arguments whose JSON text (``size`` bytes: args plus kwargs) exceeds
     ``PGJOBS["MAX_ARGS_BYTES"]``, naming the largest argument. Measured where the
     value enters, so a huge row never reaches a worker or the admin."""
@@ -139,8 +164,10 @@ def check_size(func: Callable[..., Any], task: str, args: Sequence[Any],
     if size <= limit:
         return
     _, names, _ = _signature(func, takes_context)
-    sizes = [(len(json.dumps(v)), f"argument {names[i]!r}" if i < len(names) else f"argument #{i}")
-             for i, v in enumerate(args)]
+    sizes = [
+        (len(json.dumps(v)), f"argument {names[i]!r}" if i < len(names) else f"argument #{i}")
+        for i, v in enumerate(args)
+    ]
     sizes += [(len(json.dumps(v)), f"argument {k!r}") for k, v in kwargs.items()]
     largest, name = max(sizes) if sizes else (size, "the arguments")
     raise ValueError(
@@ -160,9 +187,11 @@ def check_result_size(value: Any, task: str) -> None:
     limit = get_settings().MAX_RESULT_BYTES
     size = len(json.dumps(value))
     if size > limit:
-        raise TypeError(f"the return value of {task} is {size:,} bytes as JSON, more than "
-                        f"PGJOBS['MAX_RESULT_BYTES'] = {limit:,}; store large results "
-                        "elsewhere and return their key")
+        raise TypeError(
+            f"the return value of {task} is {size:,} bytes as JSON, more than "
+            f"PGJOBS['MAX_RESULT_BYTES'] = {limit:,}; store large results "
+            "elsewhere and return their key"
+        )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -183,16 +212,23 @@ def _signature(
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in positional]
     countable: tuple[int, int] | None = None
-    if not any(p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY) and
-               (p.kind == p.VAR_POSITIONAL or p.default is p.empty) for p in params):
+    if not any(
+        p.kind in (p.VAR_POSITIONAL, p.KEYWORD_ONLY)
+        and (p.kind == p.VAR_POSITIONAL or p.default is p.empty)
+        for p in params
+    ):
         required = sum(1 for p in positional if p.default is p.empty)
         countable = (required, len(positional))
     return sig.replace(parameters=params), names, countable
 
 
 def check_arguments(
-    func: Callable[..., Any], task: str, args: Sequence[Any], kwargs: Mapping[str, Any],
-    *, takes_context: bool = False,
+    func: Callable[..., Any],
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    takes_context: bool = False,
 ) -> None:
     """Check arity against the signature and that every argument is JSON."""
     if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -234,7 +270,9 @@ def check_priority(value: Any) -> int:
 
 def check_queue(value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 100:
-        raise ValueError(f"queue must be a non-empty string of at most 100 characters, got {value!r}")
+        raise ValueError(
+            f"queue must be a non-empty string of at most 100 characters, got {value!r}"
+        )
     if value != value.strip() or "," in value:
         raise ValueError(f"queue must not contain commas or surrounding spaces, got {value!r}")
     _storable_text(value, "queue")
@@ -283,7 +321,9 @@ def check_run_at(value: Any) -> datetime | None:
         if value.tzinfo is not None:
             value.astimezone(UTC)
     except OverflowError:
-        raise ValueError(f"run_at is out of range (years 1 to 9999 in UTC), got {value!r}") from None
+        raise ValueError(
+            f"run_at is out of range (years 1 to 9999 in UTC), got {value!r}"
+        ) from None
     return value
 
 
@@ -319,8 +359,10 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in options:
         if key not in CALL_OPTIONS:
-            raise TypeError(f"unknown option {key!r}.{suggest(key, CALL_OPTIONS)}"
-                            f" Options are: {', '.join(sorted(CALL_OPTIONS))}")
+            raise TypeError(
+                f"unknown option {key!r}.{suggest(key, CALL_OPTIONS)}"
+                f" Options are: {', '.join(sorted(CALL_OPTIONS))}"
+            )
     if "queue" in options:
         out["queue"] = check_queue(options["queue"])
     if "priority" in options:

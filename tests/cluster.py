@@ -19,8 +19,9 @@ import psycopg
 
 def pg_bindir() -> Path | None:
     """The newest PostgreSQL server binaries on this machine (Debian layout or PATH)."""
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                        key=lambda p: int(Path(p).parent.parent.name))
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name)
+    )
     if candidates:
         return Path(candidates[-1]).parent
     initdb = shutil.which("initdb")
@@ -43,8 +44,13 @@ def _as_user(cmd: list[str]) -> list[str]:
 class TempCluster:
     """``initdb`` + ``pg_ctl`` on a free port; ``url(db)`` gives a Django DATABASE_URL."""
 
-    def __init__(self, *, conf: dict[str, str] | None = None, name: str = "pgjobs",
-                 standby_of: TempCluster | None = None):
+    def __init__(
+        self,
+        *,
+        conf: dict[str, str] | None = None,
+        name: str = "pgjobs",
+        standby_of: TempCluster | None = None,
+    ):
         bindir = pg_bindir()
         if bindir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb) on this machine")
@@ -60,17 +66,46 @@ class TempCluster:
             # A streaming standby: a base backup of the running primary, with
             # standby.signal and primary_conninfo written by -R.
             subprocess.run(
-                _as_user([str(bindir / "pg_basebackup"), "-h", "127.0.0.1",
-                          "-p", str(standby_of.port), "-U", "postgres", "-D", str(self.data),
-                          "-R", "-X", "stream", "-c", "fast"]),
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                _as_user(
+                    [
+                        str(bindir / "pg_basebackup"),
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(standby_of.port),
+                        "-U",
+                        "postgres",
+                        "-D",
+                        str(self.data),
+                        "-R",
+                        "-X",
+                        "stream",
+                        "-c",
+                        "fast",
+                    ]
+                ),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
             )
             self._configure()
             return
         subprocess.run(
-            _as_user([str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
-                      "--auth=trust", "-E", "UTF8"]),
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            _as_user(
+                [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
         )
         self._configure()
 
@@ -89,9 +124,20 @@ class TempCluster:
 
     def pg_ctl(self, *args: str) -> None:
         subprocess.run(
-            _as_user([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
-                      "-w", *args]),
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            _as_user(
+                [
+                    str(self.bindir / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(self.log),
+                    "-w",
+                    *args,
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
         )
 
     def start(self) -> TempCluster:
@@ -118,8 +164,11 @@ class TempCluster:
         ``cluster_name`` is the standby's application name on the primary, so
         ``synchronous_standby_names`` can name it.
         """
-        return TempCluster(name=name, standby_of=self,
-                           conf={**self.conf, "cluster_name": f"'{name}'", **(conf or {})})
+        return TempCluster(
+            name=name,
+            standby_of=self,
+            conf={**self.conf, "cluster_name": f"'{name}'", **(conf or {})},
+        )
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"

@@ -18,8 +18,12 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
-               message: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout
     while True:
@@ -53,7 +57,10 @@ class WorkerProcess:
         self._log = open(log, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runjobs", *args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -88,9 +95,13 @@ def start_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Callable[...
     started: list[WorkerProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
-                    "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
-                    "PYTHONPATH": str(ROOT), **(env or {})}
+        full_env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
         worker = WorkerProcess(list(args), full_env, tmp_path / f"worker-{len(started)}.log")
         started.append(worker)
         return worker

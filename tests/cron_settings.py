@@ -12,8 +12,12 @@ from tests.settings import PGJOBS
 PGJOBS = {
     **PGJOBS,
     "CRON_INTERVAL": 0.5,
-    "CRON": json.loads(os.environ.get("PGJOBS_TEST_CRON") or "null") or {
-        "every-second": {"task": "tests.testapp.jobs.add", "schedule": "* * * * * *",
-                         "args": [20, 22]},
+    "CRON": json.loads(os.environ.get("PGJOBS_TEST_CRON") or "null")
+    or {
+        "every-second": {
+            "task": "tests.testapp.jobs.add",
+            "schedule": "* * * * * *",
+            "args": [20, 22],
+        },
     },
 }

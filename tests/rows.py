@@ -17,20 +17,40 @@ from django_pgjobs.models import Job
 from django_pgjobs.states import TERMINAL, JobStatus
 
 
-def make_job(status: str = JobStatus.PENDING, *, task: str = "tests.testapp.jobs.add",
-             args: list[Any] | None = None, queue: str = "default", priority: int = 0,
-             attempts: int | None = None, max_attempts: int = 5, lease: int | None = None,
-             heartbeat_age: float = 0.0, run_at_delta: float = -1.0, **extra: Any) -> Job:
+def make_job(
+    status: str = JobStatus.PENDING,
+    *,
+    task: str = "tests.testapp.jobs.add",
+    args: list[Any] | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    attempts: int | None = None,
+    max_attempts: int = 5,
+    lease: int | None = None,
+    heartbeat_age: float = 0.0,
+    run_at_delta: float = -1.0,
+    **extra: Any,
+) -> Job:
     """A job in ``status``: running rows get attempts=1, lease=1 and a heartbeat
     ``heartbeat_age`` seconds old; terminal rows get ``finished_at``."""
-    job = Job.objects.enqueue(task, args=[1, 2] if args is None else args, queue=queue,
-                              priority=priority, max_attempts=max_attempts, **extra)
+    job = Job.objects.enqueue(
+        task,
+        args=[1, 2] if args is None else args,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        **extra,
+    )
     now = timezone.now()
     fields: dict[str, Any] = {"status": status, "run_at": now + timedelta(seconds=run_at_delta)}
     if status != JobStatus.PENDING:
-        fields.update(attempts=1 if attempts is None else attempts,
-                      lease=1 if lease is None else lease, started_at=now,
-                      heartbeat_at=now - timedelta(seconds=heartbeat_age), worker="test-worker")
+        fields.update(
+            attempts=1 if attempts is None else attempts,
+            lease=1 if lease is None else lease,
+            started_at=now,
+            heartbeat_at=now - timedelta(seconds=heartbeat_age),
+            worker="test-worker",
+        )
     elif attempts is not None:
         fields["attempts"] = attempts
     if status in TERMINAL:

@@ -92,8 +92,11 @@ PGJOBS = {
     # Workers load the job with a concurrency key only with PGJOBS_TEST_KEYED=1, so
     # the other tests' workers keep the unlimited fast-path claim.
     "JOB_MODULES": ([] if os.environ.get("PGJOBS_TEST_OLD_WORKER") else ["tests.flow_jobs"])
-    + (["tests.flow_keyed_jobs"] if "pytest" in sys.modules
-       or os.environ.get("PGJOBS_TEST_KEYED") else []),
+    + (
+        ["tests.flow_keyed_jobs"]
+        if "pytest" in sys.modules or os.environ.get("PGJOBS_TEST_KEYED")
+        else []
+    ),
 }
 if os.environ.get("PGJOBS_TEST_METRICS_PORT"):  # tests/test_metrics_process.py
     PGJOBS["METRICS_PORT"] = int(os.environ["PGJOBS_TEST_METRICS_PORT"])

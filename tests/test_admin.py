@@ -53,12 +53,14 @@ def every_state() -> dict[str, Job]:
     return jobs
 
 
-def test_filters_return_exactly_the_right_rows(admin_client: Client, every_state: dict[str, Job]
-                                               ) -> None:
+def test_filters_return_exactly_the_right_rows(
+    admin_client: Client, every_state: dict[str, Job]
+) -> None:
     j = every_state
     keep_fresh(j["running"])
     assert listed_ids(admin_client, changelist_url()) == sorted(
-        (job.id for job in j.values()), reverse=True), "unfiltered: every job, newest first"
+        (job.id for job in j.values()), reverse=True
+    ), "unfiltered: every job, newest first"
     cases: dict[str, set[str]] = {
         "attention=stuck": {"stuck"},
         "attention=dead": {"dead"},
@@ -77,8 +79,9 @@ def test_filters_return_exactly_the_right_rows(admin_client: Client, every_state
         ids = listed_ids(admin_client, changelist_url() + "?" + query)
         assert ids == sorted((j[n].id for n in names), reverse=True), query
     task_ids = listed_ids(admin_client, changelist_url(task=add.name))
-    assert set(task_ids) == {j[n].id for n in ("completed", "cancelled", "stuck", "running",
-                                               "future", "due")}
+    assert set(task_ids) == {
+        j[n].id for n in ("completed", "cancelled", "stuck", "running", "future", "due")
+    }
 
 
 def test_list_shows_status_attempts_heartbeat_worker_and_first_error_line(
@@ -87,8 +90,14 @@ def test_list_shows_status_attempts_heartbeat_worker_and_first_error_line(
     keep_fresh(every_state["running"])
     response = admin_client.get(changelist_url())
     html = response.content.decode()
-    for css in ("pgjobs-dead", "pgjobs-completed", "pgjobs-cancelled", "pgjobs-pending",
-                "pgjobs-running", "pgjobs-stuck"):
+    for css in (
+        "pgjobs-dead",
+        "pgjobs-completed",
+        "pgjobs-cancelled",
+        "pgjobs-pending",
+        "pgjobs-running",
+        "pgjobs-stuck",
+    ):
         assert f'class="pgjobs-status {css}"' in html, css
     body = text(response)
     assert "builtins.ValueError: smtp refused" in body
@@ -97,7 +106,7 @@ def test_list_shows_status_attempts_heartbeat_worker_and_first_error_line(
     assert "running · stuck" in body
     assert 'class="pgjobs-stale"' in html, "a stale heartbeat age is highlighted"
     # Queue and task filter choices come from the registry and the pending rows.
-    filter_html = html[html.index('id="changelist-filter"'):]
+    filter_html = html[html.index('id="changelist-filter"') :]
     for queue in ("default", "emails"):
         assert f"?queue={queue}" in filter_html
     assert f"?task={noop.name}" in filter_html, "registered tasks are offered even with no rows"
@@ -130,9 +139,10 @@ def test_detail_is_read_only_with_pretty_args_tracebacks_and_result(admin_client
     assert "attempt 1" in body
     assert 'name="_save"' not in response.content.decode(), "no save button: read-only"
     done_page = admin_client.get(reverse("admin:django_pgjobs_job_change", args=[done.id]))
-    assert '&quot;to&quot;: &quot;ann@example.com&quot;' in done_page.content.decode(), \
+    assert "&quot;to&quot;: &quot;ann@example.com&quot;" in done_page.content.decode(), (
         "result pretty-printed"
-    assert '&quot;subject&quot;: &quot;hello&quot;' in done_page.content.decode()
+    )
+    assert "&quot;subject&quot;: &quot;hello&quot;" in done_page.content.decode()
     # Posting the form changes nothing and is refused.
     before = Job.objects.get(id=failed.id)
     refused = admin_client.post(url, {"task": "x", "status": "pending", "attempts": "0"})
@@ -144,10 +154,16 @@ def test_detail_is_read_only_with_pretty_args_tracebacks_and_result(admin_client
 def test_nobody_can_add_or_delete_jobs(admin_client: Client) -> None:
     job = pending()
     assert admin_client.get(reverse("admin:django_pgjobs_job_add")).status_code == 403
-    assert admin_client.post(reverse("admin:django_pgjobs_job_add"),
-                             {"task": add.name}).status_code == 403
-    assert admin_client.post(reverse("admin:django_pgjobs_job_delete", args=[job.id]),
-                             {"post": "yes"}).status_code == 403
+    assert (
+        admin_client.post(reverse("admin:django_pgjobs_job_add"), {"task": add.name}).status_code
+        == 403
+    )
+    assert (
+        admin_client.post(
+            reverse("admin:django_pgjobs_job_delete", args=[job.id]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
     response = post_action(admin_client, "delete_selected", [job.id])
     assert Job.objects.filter(id=job.id).exists()
     assert "delete_selected" not in response.content.decode()
@@ -155,8 +171,9 @@ def test_nobody_can_add_or_delete_jobs(admin_client: Client) -> None:
 
 def _staff(django_user_model: Any, *codenames: str) -> Client:
     user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="django_pgjobs", codename__in=codenames))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_pgjobs", codename__in=codenames)
+    )
     client = Client()
     client.force_login(user)
     return client
@@ -193,8 +210,7 @@ def test_user_without_view_permission_sees_nothing(django_user_model: Any) -> No
 
 def test_overview_numbers(admin_client: Client, every_state: dict[str, Job]) -> None:
     keep_fresh(every_state["running"])
-    Worker.objects.create(id="host-a:1:abc", host="host-a", pid=1, queues=["emails"],
-                          concurrency=4)
+    Worker.objects.create(id="host-a:1:abc", host="host-a", pid=1, queues=["emails"], concurrency=4)
     response = admin_client.get(reverse(OVERVIEW))
     assert response.status_code == 200
     ov = response.context["ov"]
@@ -237,8 +253,13 @@ def _queries(client: Client, url: str) -> list[str]:
 def test_query_counts_stay_flat_as_rows_grow(admin_client: Client) -> None:
     dead()
     pending("emails")
-    urls = [changelist_url(), changelist_url(attention="dead"), changelist_url(queue="emails"),
-            changelist_url(q="7"), reverse(OVERVIEW)]
+    urls = [
+        changelist_url(),
+        changelist_url(attention="dead"),
+        changelist_url(queue="emails"),
+        changelist_url(q="7"),
+        reverse(OVERVIEW),
+    ]
     small = {url: _queries(admin_client, url) for url in urls}
     add.using(queue="bulk").enqueue_many([(i, i) for i in range(400)])
     noop.using(queue="emails").enqueue_many([() for _ in range(150)])
@@ -247,8 +268,9 @@ def test_query_counts_stay_flat_as_rows_grow(admin_client: Client) -> None:
         assert len(large[url]) == len(small[url]), (url, small[url], large[url])
     for url in urls:
         for statement in large[url]:
-            assert "COUNT(*) AS" not in statement or "LIMIT" in statement, \
+            assert "COUNT(*) AS" not in statement or "LIMIT" in statement, (
                 f"an unbounded count on {url}: {statement}"
+            )
 
 
 def test_list_counts_are_capped_not_full(admin_client: Client, monkeypatch: Any) -> None:

@@ -56,12 +56,15 @@ def waits_for_cancel(context: JobContext, seconds: float) -> str:
 
 
 def _snapshot(*jobs: Job) -> dict[int, tuple[str, int, int]]:
-    return {j.id: (j.status, j.lease, j.attempts) for j in Job.objects.filter(
-        id__in=[x.id for x in jobs])}
+    return {
+        j.id: (j.status, j.lease, j.attempts)
+        for j in Job.objects.filter(id__in=[x.id for x in jobs])
+    }
 
 
-def test_retry_now_changes_dead_cancelled_and_stuck_and_skips_the_rest(admin_client: Client
-                                                                        ) -> None:
+def test_retry_now_changes_dead_cancelled_and_stuck_and_skips_the_rest(
+    admin_client: Client,
+) -> None:
     failed = dead(message="first failure")
     gone = cancelled()
     stuck = running("reports")
@@ -72,8 +75,9 @@ def test_retry_now_changes_dead_cancelled_and_stuck_and_skips_the_rest(admin_cli
     before = _snapshot(failed, gone, stuck, fresh, done, waiting)
     keep_fresh(fresh)
 
-    response = post_action(admin_client, "retry_now",
-                           [failed.id, gone.id, stuck.id, fresh.id, done.id, waiting.id])
+    response = post_action(
+        admin_client, "retry_now", [failed.id, gone.id, stuck.id, fresh.id, done.id, waiting.id]
+    )
 
     [message] = messages_of(response)
     assert message.startswith("Retried 3 jobs; skipped 3 whose state had moved on ("), message
@@ -88,7 +92,8 @@ def test_retry_now_changes_dead_cancelled_and_stuck_and_skips_the_rest(admin_cli
         assert after[j.id] == before[j.id], "skipped rows are untouched"
     retried = Job.objects.get(id=failed.id)
     assert retried.finished_at is None and retried.run_at <= retried.created_at.now(
-        retried.created_at.tzinfo)
+        retried.created_at.tzinfo
+    )
     assert [e["message"] for e in retried.errors] == ["first failure"], "error history kept"
     assert retried.last_error == "builtins.ValueError: first failure"
     # The stuck job's lost worker can no longer complete it.
@@ -111,17 +116,21 @@ def test_retry_refuses_a_job_whose_state_moved_on(admin_client: Client, tmp_path
     job_row = flaky_until.using(max_attempts=1).enqueue(str(tmp_path / "runs"), 2)
     run_jobs()
     # The admin page lists the job as dead...
-    assert job_row.id in [j.id for j in admin_client.get(
-        changelist_url(attention="dead")).context["cl"].result_list]
+    assert job_row.id in [
+        j.id for j in admin_client.get(changelist_url(attention="dead")).context["cl"].result_list
+    ]
     # ...meanwhile someone else retries it and a worker completes it.
     assert sql.retry_now(connection, [job_row.id], stale_after=get_settings().STALE_AFTER) == {
-        job_row.id}
+        job_row.id
+    }
     run_jobs()
     before = _snapshot(job_row)
-    response = post_action(admin_client, "retry_now", [job_row.id],
-                           url=changelist_url(attention="dead"))
+    response = post_action(
+        admin_client, "retry_now", [job_row.id], url=changelist_url(attention="dead")
+    )
     assert messages_of(response) == [
-        f"Retried 0 jobs; skipped 1 whose state had moved on (#{job_row.id} is completed)."]
+        f"Retried 0 jobs; skipped 1 whose state had moved on (#{job_row.id} is completed)."
+    ]
     assert _snapshot(job_row) == before
     assert JobResult.objects.filter(job_id=job_row.id).exists()
 
@@ -151,13 +160,21 @@ def test_cancelling_a_running_job_reaches_its_context(admin_client: Client) -> N
     """A real worker (in-process threads): cancel -> is_cancelled() -> result rejected."""
     saw_cancel.clear()
     job_row = waits_for_cancel.enqueue(30.0)
-    worker = Worker(queues=["cancel-me"], concurrency=1, burst=True, maintenance=False,
-                    install_signal_handlers=False, listen=False)
+    worker = Worker(
+        queues=["cancel-me"],
+        concurrency=1,
+        burst=True,
+        maintenance=False,
+        install_signal_handlers=False,
+        listen=False,
+    )
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: Job.objects.get(id=job_row.id).status == "running",
-                   message="the worker to claim the job")
+        wait_until(
+            lambda: Job.objects.get(id=job_row.id).status == "running",
+            message="the worker to claim the job",
+        )
         response = post_action(admin_client, "cancel_jobs", [job_row.id])
         assert messages_of(response) == ["Cancelled 1 job."]
         assert saw_cancel.wait(timeout=10), "JobContext.is_cancelled() never turned true"
@@ -173,10 +190,16 @@ def test_cancelling_a_running_job_reaches_its_context(admin_client: Client) -> N
 def test_retry_all_matching_a_filter(admin_client: Client) -> None:
     failures = [dead(queue="emails") for _ in range(3)]
     done = completed()
-    response = admin_client.post(changelist_url(attention="dead"), {
-        "action": "retry_now", "select_across": "1", "index": "0",
-        "_selected_action": [str(failures[0].id)],
-    }, follow=True)
+    response = admin_client.post(
+        changelist_url(attention="dead"),
+        {
+            "action": "retry_now",
+            "select_across": "1",
+            "index": "0",
+            "_selected_action": [str(failures[0].id)],
+        },
+        follow=True,
+    )
     assert messages_of(response) == ["Retried 3 jobs."]
     assert {j.status for j in Job.objects.filter(id__in=[f.id for f in failures])} == {"pending"}
     assert Job.objects.get(id=done.id).status == "completed"
@@ -188,16 +211,19 @@ def test_reap_stuck_now(admin_client: Client) -> None:
     [last_try] = sql.claim(connection, worker="admin-test-worker", queues=["last"], n=1)
     # Its worker was lost once before, with the attempt given back: no more of that.
     Job.objects.filter(id=last_try.id).update(
-        errors=[{"type": "django_pgjobs.exceptions.WorkerLost", "refunded": True}])
+        errors=[{"type": "django_pgjobs.exceptions.WorkerLost", "refunded": True}]
+    )
     wait_stuck(with_attempts_left, Job.objects.get(id=last_try.id))
     fresh = running("emails")
     keep_fresh(fresh)
     assert admin_client.get(reverse(REAP)).status_code == 405
-    response = admin_client.post(reverse(REAP), {"next": changelist_url(attention="stuck")},
-                                 follow=True)
+    response = admin_client.post(
+        reverse(REAP), {"next": changelist_url(attention="stuck")}, follow=True
+    )
     assert response.redirect_chain[-1][0] == changelist_url(attention="stuck")
     assert messages_of(response) == [
-        "Reaped 2 stuck jobs: 1 back to pending, 1 dead-lettered (no attempts left)."]
+        "Reaped 2 stuck jobs: 1 back to pending, 1 dead-lettered (no attempts left)."
+    ]
     assert Job.objects.get(id=with_attempts_left.id).status == "pending"
     reaped_dead = Job.objects.get(id=last_try.id)
     assert reaped_dead.status == "dead" and "worker lost" in (reaped_dead.last_error or "")

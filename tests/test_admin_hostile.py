@@ -32,8 +32,7 @@ def test_search_for_odd_numbers_answers(admin_client: Client, term: str) -> None
 
 def test_actions_on_ticked_ids_out_of_range_answer(admin_client: Client) -> None:
     job = add.enqueue(1, 2)
-    response = post_action(admin_client, "cancel_jobs",
-                           [job.id, 2**63, 10**30, "²"])  # type: ignore[list-item]
+    response = post_action(admin_client, "cancel_jobs", [job.id, 2**63, 10**30, "²"])  # type: ignore[list-item]
     assert response.status_code == 200
     assert messages_of(response) == ["Cancelled 1 job."]
 
@@ -53,8 +52,7 @@ def _hostile(args_sql: str, **columns: str) -> Job:
 
 
 def test_the_list_never_loads_arguments_errors_or_whole_last_errors(admin_client: Client) -> None:
-    _hostile("jsonb_build_array(repeat('x', 300000))",
-             last_error="'boom' || repeat('y', 300000)")
+    _hostile("jsonb_build_array(repeat('x', 300000))", last_error="'boom' || repeat('y', 300000)")
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(changelist_url())
     assert response.status_code == 200
@@ -64,7 +62,8 @@ def test_the_list_never_loads_arguments_errors_or_whole_last_errors(admin_client
     assert '"task"' in loaded
     for column in ("args", "kwargs", "errors", "last_error"):
         assert f'"django_pgjobs_job"."{column}"' not in loaded.replace(
-            'LEFT("django_pgjobs_job"."last_error"', ""), column
+            'LEFT("django_pgjobs_job"."last_error"', ""
+        ), column
     assert len(response.content) < 100_000
     assert "boomyyyy" in response.content.decode()
 
@@ -83,9 +82,14 @@ def test_undecodable_rows_do_not_break_the_list_or_the_detail(admin_client: Clie
 def test_the_detail_page_cuts_huge_values_with_a_note(admin_client: Client) -> None:
     entries = ", ".join(
         f"jsonb_build_object('attempt', {i}, 'type', 'builtins.ValueError', 'message', 'm{i}', "
-        f"'traceback', repeat('t', 1000))" for i in range(1, 61))
-    job = _hostile("jsonb_build_array(repeat('x', 500000))", errors=f"jsonb_build_array({entries})",
-                   kwargs="jsonb_build_object('k', repeat('z', 100000))")
+        f"'traceback', repeat('t', 1000))"
+        for i in range(1, 61)
+    )
+    job = _hostile(
+        "jsonb_build_array(repeat('x', 500000))",
+        errors=f"jsonb_build_array({entries})",
+        kwargs="jsonb_build_object('k', repeat('z', 100000))",
+    )
     response = admin_client.get(_detail(job.id))
     assert response.status_code == 200
     html = response.content.decode()

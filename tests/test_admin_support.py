@@ -68,8 +68,11 @@ def cancelled(queue: str = "default") -> Job:
 def wait_stuck(*jobs: Job) -> None:
     """Wait (with a deadline) until the jobs' heartbeats are older than STALE_AFTER."""
     ids = {j.id for j in jobs}
-    wait_until(lambda: ids <= set(Job.objects.stuck().values_list("id", flat=True)),
-               timeout=get_settings().STALE_AFTER * 5, message="jobs to become stuck")
+    wait_until(
+        lambda: ids <= set(Job.objects.stuck().values_list("id", flat=True)),
+        timeout=get_settings().STALE_AFTER * 5,
+        message="jobs to become stuck",
+    )
 
 
 def keep_fresh(*jobs: Job) -> None:
@@ -85,9 +88,15 @@ def listed_ids(client: Client, url: str) -> list[int]:
 
 
 def post_action(client: Client, action: str, ids: list[int], url: str | None = None) -> Any:
-    return client.post(url or changelist_url(), {
-        "action": action, "_selected_action": [str(i) for i in ids], "index": "0",
-    }, follow=True)
+    return client.post(
+        url or changelist_url(),
+        {
+            "action": action,
+            "_selected_action": [str(i) for i in ids],
+            "index": "0",
+        },
+        follow=True,
+    )
 
 
 def messages_of(response: Any) -> list[str]:

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _peak() -> int:
     """Most async_sleep runs in progress at one instant, from the times they record."""
     spans = [r.value for r in JobResult.objects.all() if isinstance(r.value, list)]
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans],
-                    key=lambda ev: (ev[0], ev[1]))
+    events = sorted(
+        [(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda ev: (ev[0], ev[1])
+    )
     peak = running = 0
     for _, step in events:
         running += step
@@ -30,7 +31,8 @@ def _peak() -> int:
 
 
 def test_async_jobs_run_hundreds_at_once_on_one_loop(
-        start_worker: Callable[..., WorkerProcess]) -> None:
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
     n, seconds = 300, 0.5
     core_jobs.async_sleep.enqueue_many([(seconds,)] * n)
     begin = time.monotonic()
@@ -45,7 +47,8 @@ def test_async_jobs_run_hundreds_at_once_on_one_loop(
 
 
 def test_async_concurrency_option_limits_the_loop(
-        start_worker: Callable[..., WorkerProcess]) -> None:
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
     core_jobs.async_sleep.enqueue_many([(0.3,)] * 30)
     w = start_worker("--burst", "--no-maintenance", "--async-concurrency", "5")
     assert w.wait(timeout=60) == 0, w.output()[-3000:]
@@ -55,7 +58,8 @@ def test_async_concurrency_option_limits_the_loop(
 
 
 def test_the_async_orm_works_inside_an_async_job(
-        start_worker: Callable[..., WorkerProcess]) -> None:
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
     jobs.noop.enqueue()
     job = core_jobs.async_orm_count.enqueue()
     w = start_worker("--burst", "--no-maintenance")
@@ -66,7 +70,8 @@ def test_the_async_orm_works_inside_an_async_job(
 
 
 def test_async_jobs_are_cancelled_and_released_at_shutdown(
-        start_worker: Callable[..., WorkerProcess]) -> None:
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
     job = core_jobs.async_sleep.enqueue(60)
     w = start_worker("--no-maintenance", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "1"})
 
@@ -83,13 +88,17 @@ def test_async_jobs_are_cancelled_and_released_at_shutdown(
 
 
 def test_slow_jobs_are_not_hoarded_by_the_first_worker(
-        start_worker: Callable[..., WorkerProcess]) -> None:
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
     """The prefetch follows the observed job time: for 0.4 s jobs it is ~0, so a worker
     that starts first does not claim the queue ahead of the one that starts next."""
     core_jobs.nap.enqueue_many([(0.5,)] * 40)
     first = start_worker("--concurrency", "2", "--no-maintenance", "--burst")
-    wait_until(lambda: Job.objects.filter(status="completed").exists(), timeout=30,
-               message="the first worker to finish a job")
+    wait_until(
+        lambda: Job.objects.filter(status="completed").exists(),
+        timeout=30,
+        message="the first worker to finish a job",
+    )
     second = start_worker("--concurrency", "2", "--no-maintenance", "--burst")
     assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
     per_worker: dict[str, int] = {}

@@ -70,8 +70,9 @@ def test_the_reaper_keeps_the_newest_entries(bounded: None) -> None:
 def test_admin_retry_trims_and_forgives_lost_workers(bounded: None) -> None:
     job = make_job("dead", attempts=5)
     lost = {"type": "django_pgjobs.exceptions.WorkerLost", "refunded": True}
-    Job.objects.filter(id=job.id).update(errors=[_entry(1), _entry(2), _entry(3, **lost),
-                                                 _entry(4, **lost)])
+    Job.objects.filter(id=job.id).update(
+        errors=[_entry(1), _entry(2), _entry(3, **lost), _entry(4, **lost)]
+    )
     assert sql.retry_now(connection, [job.id], stale_after=60) == {job.id}
     errors = Job.objects.get(id=job.id).errors
     assert [e["attempt"] for e in errors] == [2, 3, 4]

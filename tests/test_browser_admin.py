@@ -29,8 +29,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.process]
 
 CHROMIUM = os.environ.get("PGJOBS_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = ROOT / "docs" / "_static" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture
@@ -80,7 +87,10 @@ def _status_in_list(page: Any, base: str, job_id: int) -> str:
 
 
 def test_retry_a_dead_job_from_the_browser(
-    page: Any, live_server: Any, django_user_model: Any, tmp_path: Path,
+    page: Any,
+    live_server: Any,
+    django_user_model: Any,
+    tmp_path: Path,
     start_worker: Callable[..., Any],
 ) -> None:
     django_user_model.objects.create_superuser("oncall", "oncall@example.com", "3am-password")

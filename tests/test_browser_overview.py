@@ -34,7 +34,8 @@ def _history() -> None:
             "              now() - make_interval(secs => (g * 37) % 3540 + 20) AS t"
             "         FROM generate_series(1, 900) g) s"
             " CROSS JOIN LATERAL generate_series(1, 1 + (abs(1800 - extract(epoch FROM"
-            "     now() - t)::int) < 900)::int) AS extra")
+            "     now() - t)::int) < 900)::int) AS extra"
+        )
         # "emails" fell behind 40 minutes ago: jobs waited up to 9 minutes, then caught up.
         cur.execute(
             f"INSERT INTO {sql.JOB} (task, queue, status, run_at, created_at, started_at,"
@@ -42,17 +43,20 @@ def _history() -> None:
             " SELECT 'tests.testapp.jobs.send_email', 'emails', 'completed', r, r, s, s, 1, 1"
             " FROM (SELECT now() - make_interval(mins => 40) + make_interval(secs => g * 30) AS r,"
             "              now() - make_interval(mins => 31) + make_interval(secs => g * 10) AS s"
-            "         FROM generate_series(0, 18) g) x")
+            "         FROM generate_series(0, 18) g) x"
+        )
         # "reports" is behind now: a job due 12 minutes ago that nobody claimed.
         cur.execute(
             f"INSERT INTO {sql.JOB} (task, queue, run_at, args)"
             " VALUES ('tests.testapp.jobs.add', 'reports', now() - interval '12 minutes',"
-            " '[1, 2]')")
+            " '[1, 2]')"
+        )
         cur.execute(f"ANALYZE {sql.JOB}")
 
 
 def test_overview_charts_refresh_in_place(
-        page: Any, live_server: Any, django_user_model: Any) -> None:  # noqa: F811
+    page: Any, live_server: Any, django_user_model: Any
+) -> None:  # noqa: F811
     django_user_model.objects.create_superuser("oncall", "oncall@example.com", "3am-password")
     _history()
     base = live_server.url
@@ -82,7 +86,8 @@ def test_overview_charts_refresh_in_place(
     assert len(run_jobs(queues=["default"])) == 5
     page.wait_for_function(
         f"document.querySelector('#card-60m .n').textContent.trim() === '{before + 5}'",
-        timeout=20_000)
+        timeout=20_000,
+    )
     assert page.evaluate("window.__pgjobsNoReload") == 42, "the page was not reloaded"
     assert page.get_attribute("#pgjobs-live", "data-refreshed-at")
     assert page.locator("#pgjobs-chart-finished g.bar").count() >= 55

@@ -37,15 +37,18 @@ def test_settings_changes_are_seen(settings: Any) -> None:
     assert get_settings().MAX_ATTEMPTS == 12
 
 
-@pytest.mark.parametrize(("value", "fragment"), [
-    ({"STALE_AFTR": 30}, "Did you mean 'STALE_AFTER'"),
-    ({"MAX_ATTEMPTS": "5"}, "MAX_ATTEMPTS"),
-    ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
-    ({"POLL_INTERVAL": "1s"}, "POLL_INTERVAL"),
-    ({"POLL_INTERVAL": -1}, "positive"),
-    ({"LISTEN": "no"}, "LISTEN"),
-    ({"RETENTION": {"complete": 3}}, "Did you mean 'completed'"),
-])
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ({"STALE_AFTR": 30}, "Did you mean 'STALE_AFTER'"),
+        ({"MAX_ATTEMPTS": "5"}, "MAX_ATTEMPTS"),
+        ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
+        ({"POLL_INTERVAL": "1s"}, "POLL_INTERVAL"),
+        ({"POLL_INTERVAL": -1}, "positive"),
+        ({"LISTEN": "no"}, "LISTEN"),
+        ({"RETENTION": {"complete": 3}}, "Did you mean 'completed'"),
+    ],
+)
 def test_bad_values_name_the_key(value: dict[str, Any], fragment: str) -> None:
     with pytest.raises(SettingsError, match=fragment):
         build_settings(value)
@@ -60,8 +63,10 @@ def test_check_e002_for_bad_settings(settings: Any) -> None:
 
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_check_e001_when_database_is_not_postgresql(settings: Any) -> None:
-    settings.DATABASES = {**settings.DATABASES,
-                          "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    }
     settings.PGJOBS = {"DATABASE": "other"}
     assert "django_pgjobs.E001" in _ids(check_settings())
     settings.PGJOBS = {"DATABASE": "missing"}

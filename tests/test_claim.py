@@ -40,8 +40,13 @@ def test_claim_takes_at_most_n_in_priority_then_age_order() -> None:
     rest = [_ids(sql.claim(connection, worker="w", queues=["default"], n=1)) for _ in range(4)]
     assert rest == [[i] for i in sorted(j.id for j in same_time)] + [[low.id], []]
     c = next(c for c in first if c.id == high.id)
-    assert (c.attempt, c.lease, c.task, c.args, c.kwargs) == (1, 1, "tests.testapp.jobs.add",
-                                                               [1, 2], {})
+    assert (c.attempt, c.lease, c.task, c.args, c.kwargs) == (
+        1,
+        1,
+        "tests.testapp.jobs.add",
+        [1, 2],
+        {},
+    )
 
 
 @pytest.mark.django_db
@@ -49,8 +54,18 @@ def test_claim_returns_what_the_worker_needs() -> None:
     job = jobs.send_email.using(idempotency_key="claim-k").enqueue("a@b.c", subject="x")
     Job.objects.filter(id=job.id).update(run_at=job.run_at.replace(year=2000))
     [c] = sql.claim(connection, worker="w", queues=["emails"], n=5)
-    assert c == sql.Claimed(job.id, "tests.testapp.jobs.send_email", ["a@b.c"], {"subject": "x"},
-                            1, 3, 1, "emails", 5, "claim-k")
+    assert c == sql.Claimed(
+        job.id,
+        "tests.testapp.jobs.send_email",
+        ["a@b.c"],
+        {"subject": "x"},
+        1,
+        3,
+        1,
+        "emails",
+        5,
+        "claim-k",
+    )
 
 
 @pytest.mark.django_db
@@ -84,17 +99,23 @@ def test_multi_queue_claim_limit_is_global(queues: list[str] | None) -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("statement,params", [
-    (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "q7"}),
-    (sql.JOB_CLAIM_QUEUES, {"queues": ["q3", "q7"]}),
-    (sql.JOB_CLAIM_ALL, {}),
-], ids=["one", "queues", "all"])
+@pytest.mark.parametrize(
+    "statement,params",
+    [
+        (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "q7"}),
+        (sql.JOB_CLAIM_QUEUES, {"queues": ["q3", "q7"]}),
+        (sql.JOB_CLAIM_ALL, {}),
+    ],
+    ids=["one", "queues", "all"],
+)
 def test_claim_plan_uses_the_partial_claim_index(statement: str, params: dict[str, Any]) -> None:
     # Realistic shape: a long finished history and a little live work.
     jobs.add.enqueue_many([(i, i) for i in range(3000)])
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {sql.JOB} SET status = 'completed', finished_at = now(), "
-                       "queue = 'q' || (id % 10)")
+        cursor.execute(
+            f"UPDATE {sql.JOB} SET status = 'completed', finished_at = now(), "
+            "queue = 'q' || (id % 10)"
+        )
     jobs.add.using(queue="q7").enqueue_many([(i, i) for i in range(20)])
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {sql.JOB}")
@@ -104,8 +125,9 @@ def test_claim_plan_uses_the_partial_claim_index(statement: str, params: dict[st
     assert "Seq Scan on django_pgjobs_job" not in plan, plan
 
 
-def _claimer(queues: list[str] | None, seen: list[int], errors: list[BaseException],
-             start: threading.Barrier) -> None:
+def _claimer(
+    queues: list[str] | None, seen: list[int], errors: list[BaseException], start: threading.Barrier
+) -> None:
     """A worker on its own psycopg connection, claiming random batch sizes until empty."""
     try:
         with psycopg.connect(dsn(), autocommit=True) as conn:
@@ -118,8 +140,14 @@ def _claimer(queues: list[str] | None, seen: list[int], errors: list[BaseExcepti
                     statement, params = sql.JOB_CLAIM_ONE_QUEUE, {"queue": queues[0]}
                 else:
                     statement, params = sql.JOB_CLAIM_QUEUES, {"queues": queues}
-                rows = conn.execute(statement, {"worker": threading.current_thread().name,
-                                                "n": random.randint(1, 25), **params}).fetchall()
+                rows = conn.execute(
+                    statement,
+                    {
+                        "worker": threading.current_thread().name,
+                        "n": random.randint(1, 25),
+                        **params,
+                    },
+                ).fetchall()
                 seen.extend(r[0] for r in rows)
                 empty = 0 if rows else empty + 1
     except BaseException as exc:  # noqa: BLE001 - reported by the test
@@ -127,8 +155,9 @@ def _claimer(queues: list[str] | None, seen: list[int], errors: list[BaseExcepti
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("queues", [["default"], ["default", "other"], None],
-                         ids=["one", "queues", "all"])
+@pytest.mark.parametrize(
+    "queues", [["default"], ["default", "other"], None], ids=["one", "queues", "all"]
+)
 def test_concurrent_claimers_never_claim_a_job_twice(queues: list[str] | None) -> None:
     jobs.add.enqueue_many([(i, i) for i in range(1500)])
     jobs.add.using(queue="other").enqueue_many([(i, i) for i in range(500)])
@@ -138,8 +167,10 @@ def test_concurrent_claimers_never_claim_a_job_twice(queues: list[str] | None) -
     seen: list[int] = []
     errors: list[BaseException] = []
     start = threading.Barrier(8)
-    threads = [threading.Thread(target=_claimer, args=(queues, seen, errors, start),
-                                name=f"claimer-{i}") for i in range(8)]
+    threads = [
+        threading.Thread(target=_claimer, args=(queues, seen, errors, start), name=f"claimer-{i}")
+        for i in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -149,6 +180,6 @@ def test_concurrent_claimers_never_claim_a_job_twice(queues: list[str] | None) -
     assert dupes == []
     assert set(seen) == expected_ids
     # The rows agree: each claimed exactly once, by the thread that got it.
-    assert set(Job.objects.filter(id__in=expected_ids).values_list("attempts", "lease",
-                                                                    "status")) == {
-        (1, 1, JobStatus.RUNNING)}
+    assert set(
+        Job.objects.filter(id__in=expected_ids).values_list("attempts", "lease", "status")
+    ) == {(1, 1, JobStatus.RUNNING)}

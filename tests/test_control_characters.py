@@ -39,11 +39,13 @@ def test_jobs_status_escapes_queue_names() -> None:
     assert "esc\\x1b[31mRED" in text
 
 
-def test_log_lines_about_hostile_rows_stay_one_escaped_line(caplog: pytest.LogCaptureFixture
-                                                            ) -> None:
+def test_log_lines_about_hostile_rows_stay_one_escaped_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pgjobs_enqueue(%s, queue => %s, run_at => now())",
-                       [HOSTILE_TASK, HOSTILE_QUEUE])
+        cursor.execute(
+            "SELECT pgjobs_enqueue(%s, queue => %s, run_at => now())", [HOSTILE_TASK, HOSTILE_QUEUE]
+        )
     with caplog.at_level(logging.INFO, logger="django_pgjobs"):
         ran = run_jobs()
     # An unknown task is left pending (as a worker does); run_jobs says so in one line.

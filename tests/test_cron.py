@@ -63,12 +63,23 @@ def temp_job() -> Iterator[Any]:
 
 
 def test_valid_entries_load_with_defaults_from_the_task() -> None:
-    schedules, problems = collect_schedules({
-        "nightly-billing": {"task": "tests.testapp.jobs.send_email", "schedule": "@daily",
-                            "args": ["a@example.com"], "timezone": "Europe/Paris"},
-        "tick": {"task": ADD, "schedule": "*/10 * * * * *", "kwargs": {"a": 1, "b": 2},
-                 "queue": "q", "priority": 7},
-    })
+    schedules, problems = collect_schedules(
+        {
+            "nightly-billing": {
+                "task": "tests.testapp.jobs.send_email",
+                "schedule": "@daily",
+                "args": ["a@example.com"],
+                "timezone": "Europe/Paris",
+            },
+            "tick": {
+                "task": ADD,
+                "schedule": "*/10 * * * * *",
+                "kwargs": {"a": 1, "b": 2},
+                "queue": "q",
+                "priority": 7,
+            },
+        }
+    )
     assert problems == []
     by_name = {s.name: s for s in schedules}
     billing = by_name["nightly-billing"]
@@ -76,18 +87,23 @@ def test_valid_entries_load_with_defaults_from_the_task() -> None:
     assert by_name["tick"].has_seconds and by_name["tick"].queue == "q"
 
 
-@pytest.mark.parametrize(("entry", "fragment"), [
-    ({"task": ADD, "schedule": "61 * * * *", "args": [1, 2]}, "invalid cron expression"),
-    ({"task": ADD, "schedule": "* * *", "args": [1, 2]}, "has 3 fields"),
-    ({"task": ADD, "schedule": "@sometimes", "args": [1, 2]}, "unknown alias"),
-    ({"task": ADD, "schedule": "0 0 30 2 *", "args": [1, 2]}, "invalid cron expression"),
-    ({"task": ADD, "schedule": "0 * * * *", "args": [1, 2], "timezone": "Mars/Base"},
-     "unknown timezone"),
-    ({"task": ADD, "schedule": "0 * * * *", "args": [1]}, "missing a required argument"),
-    ({"task": ADD, "schedule": "0 * * * *", "args": [1, 2], "priority": 500}, "priority"),
-    ({"task": ADD, "schedule": "0 * * * *", "args": [1, 2], "queu": "x"}, "'queue'"),
-    ({"schedule": "0 * * * *"}, "needs a 'task'"),
-])
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ({"task": ADD, "schedule": "61 * * * *", "args": [1, 2]}, "invalid cron expression"),
+        ({"task": ADD, "schedule": "* * *", "args": [1, 2]}, "has 3 fields"),
+        ({"task": ADD, "schedule": "@sometimes", "args": [1, 2]}, "unknown alias"),
+        ({"task": ADD, "schedule": "0 0 30 2 *", "args": [1, 2]}, "invalid cron expression"),
+        (
+            {"task": ADD, "schedule": "0 * * * *", "args": [1, 2], "timezone": "Mars/Base"},
+            "unknown timezone",
+        ),
+        ({"task": ADD, "schedule": "0 * * * *", "args": [1]}, "missing a required argument"),
+        ({"task": ADD, "schedule": "0 * * * *", "args": [1, 2], "priority": 500}, "priority"),
+        ({"task": ADD, "schedule": "0 * * * *", "args": [1, 2], "queu": "x"}, "'queue'"),
+        ({"schedule": "0 * * * *"}, "needs a 'task'"),
+    ],
+)
 def test_invalid_entries_are_system_check_errors(entry: dict[str, Any], fragment: str) -> None:
     messages = errors_for({"bad": entry})
     assert [m.id for m in messages] == ["django_pgjobs.E004"], messages
@@ -131,10 +147,14 @@ def test_checks_run_at_startup_and_stop_commands(temp_job: Any) -> None:
 def test_fire_times_follow_the_timezone_across_dst() -> None:
     paris = Schedule(name="p", task=ADD, expression="30 2 * * *", timezone="Europe/Paris")
     # 2024-03-31: Paris skips 02:00-03:00; Debian cron semantics run the job at 03:00.
-    fires = list(paris.fire_times(datetime(2024, 3, 30, tzinfo=UTC),
-                                  datetime(2024, 4, 1, 12, tzinfo=UTC)))
+    fires = list(
+        paris.fire_times(datetime(2024, 3, 30, tzinfo=UTC), datetime(2024, 4, 1, 12, tzinfo=UTC))
+    )
     assert [f.isoformat() for f in fires] == [
-        "2024-03-30T01:30:00+00:00", "2024-03-31T01:00:00+00:00", "2024-04-01T00:30:00+00:00"]
+        "2024-03-30T01:30:00+00:00",
+        "2024-03-31T01:00:00+00:00",
+        "2024-04-01T00:30:00+00:00",
+    ]
     assert paris.key(fires[0]) == "cron:p:2024-03-30T01:30:00Z"
 
 
@@ -142,8 +162,9 @@ def test_fire_times_follow_the_timezone_across_dst() -> None:
 
 
 def keys() -> list[str]:
-    return sorted(Job.objects.exclude(idempotency_key=None)
-                  .values_list("idempotency_key", flat=True))
+    return sorted(
+        Job.objects.exclude(idempotency_key=None).values_list("idempotency_key", flat=True)
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -171,11 +192,15 @@ def test_missed_fire_time_older_than_the_window_is_skipped() -> None:
 def test_continuous_ticks_enqueue_every_fire_time_gaps_coalesce() -> None:
     every_second = hourly("s", at="* * * * * *")
     ticker = CronTicker(schedules=[every_second], catchup_window=3600, interval=1)
-    ticker.run_once(now=T0)                                      # :00 (startup: latest only)
+    ticker.run_once(now=T0)  # :00 (startup: latest only)
     ticker.run_once(now=T0 + timedelta(seconds=2, milliseconds=500))  # :01, :02 (continuous)
-    ticker.run_once(now=T0 + timedelta(seconds=200))             # gap of 197 s: only 3:20
-    assert keys() == ["cron:s:2024-05-01T10:30:00Z", "cron:s:2024-05-01T10:30:01Z",
-                      "cron:s:2024-05-01T10:30:02Z", "cron:s:2024-05-01T10:33:20Z"]
+    ticker.run_once(now=T0 + timedelta(seconds=200))  # gap of 197 s: only 3:20
+    assert keys() == [
+        "cron:s:2024-05-01T10:30:00Z",
+        "cron:s:2024-05-01T10:30:01Z",
+        "cron:s:2024-05-01T10:30:02Z",
+        "cron:s:2024-05-01T10:33:20Z",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -220,15 +245,23 @@ def test_default_services_include_pruner_and_ticker() -> None:
     cron = {"t": {"task": ADD, "schedule": "0 * * * *", "args": [1, 2]}}
     with override_settings(PGJOBS={"CRON": cron}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
-            "reaper", "pruner", "cron", "unknown-tasks"]
+            "reaper",
+            "pruner",
+            "cron",
+            "unknown-tasks",
+        ]
     with override_settings(PGJOBS={"CRON": cron, "CRON_ENGINE": "pg_cron"}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
-            "reaper", "pruner", "unknown-tasks"]
+            "reaper",
+            "pruner",
+            "unknown-tasks",
+        ]
 
 
 def test_sync_cron_lists_next_fire_times(capsys: Any) -> None:
-    cron = {"nightly": {"task": ADD, "schedule": "0 3 * * *", "args": [1, 2],
-                        "timezone": "Asia/Tokyo"}}
+    cron = {
+        "nightly": {"task": ADD, "schedule": "0 3 * * *", "args": [1, 2], "timezone": "Asia/Tokyo"}
+    }
     with override_settings(PGJOBS={"CRON": cron}):
         call_command("sync_cron", "--count", "2")
     out = capsys.readouterr().out
@@ -237,8 +270,10 @@ def test_sync_cron_lists_next_fire_times(capsys: Any) -> None:
 
 
 def test_sync_cron_rejects_bad_schedules_and_lone_flags() -> None:
-    with override_settings(PGJOBS={"CRON": {"x": {"task": ADD, "schedule": "nope"}}}), \
-            pytest.raises(CommandError, match="PGJOBS\\['CRON'\\]\\['x'\\]"):
+    with (
+        override_settings(PGJOBS={"CRON": {"x": {"task": ADD, "schedule": "nope"}}}),
+        pytest.raises(CommandError, match="PGJOBS\\['CRON'\\]\\['x'\\]"),
+    ):
         call_command("sync_cron")
     with pytest.raises(CommandError, match="--dry-run needs --pg-cron"):
         call_command("sync_cron", "--dry-run")
@@ -263,35 +298,64 @@ def test_pgjobs_enqueue_defaults_match_the_python_enqueue() -> None:
     (new_id,) = call("SELECT pgjobs_enqueue(%s)", noop)
     sql_job = Job.objects.get(id=new_id)
     py_job = Job.objects.enqueue(noop)
-    for field in ("queue", "priority", "args", "kwargs", "status", "attempts", "lease",
-                  "max_attempts", "errors", "idempotency_key"):
+    for field in (
+        "queue",
+        "priority",
+        "args",
+        "kwargs",
+        "status",
+        "attempts",
+        "lease",
+        "max_attempts",
+        "errors",
+        "idempotency_key",
+    ):
         assert getattr(sql_job, field) == getattr(py_job, field), field
 
 
 @pytest.mark.django_db(transaction=True)
 def test_pgjobs_enqueue_all_arguments_and_key_conflict() -> None:
     run_at = datetime(2030, 1, 1, tzinfo=UTC)
-    (first,) = call("SELECT pgjobs_enqueue(%s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s)",
-                    ADD, "[1]", '{"b": 2}', "q", -3, run_at, "key-1", 9)
+    (first,) = call(
+        "SELECT pgjobs_enqueue(%s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s)",
+        ADD,
+        "[1]",
+        '{"b": 2}',
+        "q",
+        -3,
+        run_at,
+        "key-1",
+        9,
+    )
     job = Job.objects.get(id=first)
-    assert (job.args, job.kwargs, job.queue, job.priority, job.run_at, job.idempotency_key,
-            job.max_attempts) == ([1], {"b": 2}, "q", -3, run_at, "key-1", 9)
+    assert (
+        job.args,
+        job.kwargs,
+        job.queue,
+        job.priority,
+        job.run_at,
+        job.idempotency_key,
+        job.max_attempts,
+    ) == ([1], {"b": 2}, "q", -3, run_at, "key-1", 9)
     assert call("SELECT pgjobs_enqueue(%s, idempotency_key => %s)", ADD, "key-1") == (None,)
     assert Job.objects.count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("call_sql", "fragment"), [
-    ("SELECT pgjobs_enqueue(NULL)", "task must be"),
-    ("SELECT pgjobs_enqueue('')", "task must be"),
-    ("SELECT pgjobs_enqueue('t', args => '{}')", "args must be a JSON array"),
-    ("SELECT pgjobs_enqueue('t', kwargs => '[]')", "kwargs must be a JSON object"),
-    ("SELECT pgjobs_enqueue('t', queue => 'a,b')", "queue must be"),
-    ("SELECT pgjobs_enqueue('t', priority => 101)", "priority must be between -100 and 100"),
-    ("SELECT pgjobs_enqueue('t', run_at => 'infinity')", "run_at must be a finite time"),
-    ("SELECT pgjobs_enqueue('t', idempotency_key => '')", "idempotency_key must be"),
-    ("SELECT pgjobs_enqueue('t', max_attempts => 0)", "max_attempts must be"),
-])
+@pytest.mark.parametrize(
+    ("call_sql", "fragment"),
+    [
+        ("SELECT pgjobs_enqueue(NULL)", "task must be"),
+        ("SELECT pgjobs_enqueue('')", "task must be"),
+        ("SELECT pgjobs_enqueue('t', args => '{}')", "args must be a JSON array"),
+        ("SELECT pgjobs_enqueue('t', kwargs => '[]')", "kwargs must be a JSON object"),
+        ("SELECT pgjobs_enqueue('t', queue => 'a,b')", "queue must be"),
+        ("SELECT pgjobs_enqueue('t', priority => 101)", "priority must be between -100 and 100"),
+        ("SELECT pgjobs_enqueue('t', run_at => 'infinity')", "run_at must be a finite time"),
+        ("SELECT pgjobs_enqueue('t', idempotency_key => '')", "idempotency_key must be"),
+        ("SELECT pgjobs_enqueue('t', max_attempts => 0)", "max_attempts must be"),
+    ],
+)
 def test_pgjobs_enqueue_rejects_bad_input_and_writes_nothing(call_sql: str, fragment: str) -> None:
     with psycopg.connect(dsn(), autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=fragment):
@@ -301,8 +365,7 @@ def test_pgjobs_enqueue_rejects_bad_input_and_writes_nothing(call_sql: str, frag
 
 @pytest.mark.django_db(transaction=True)
 def test_pgjobs_enqueue_notifies_at_commit_with_the_queue() -> None:
-    with psycopg.connect(dsn(), autocommit=True) as listener, \
-            psycopg.connect(dsn()) as writer:
+    with psycopg.connect(dsn(), autocommit=True) as listener, psycopg.connect(dsn()) as writer:
         listener.execute("LISTEN pgjobs")
         writer.execute("SELECT pgjobs_enqueue('t', queue => 'from-sql')")
         assert list(listener.notifies(timeout=0.3, stop_after=1)) == []  # not yet committed

@@ -39,14 +39,17 @@ def test_a_cron_name_too_long_for_the_key_is_a_check_error(long_named_cron_job: 
     with override_settings(PGJOBS={}):
         messages = check_cron()
     assert [m.id for m in messages] == ["django_pgjobs.E004"]
-    assert "at most 229" in messages[0].msg and f"{MAX_KEYED_NAME + 1} characters" in messages[0].msg
+    assert (
+        "at most 229" in messages[0].msg and f"{MAX_KEYED_NAME + 1} characters" in messages[0].msg
+    )
 
 
 def test_a_worker_still_ticks_the_other_schedules(long_named_cron_job: Any) -> None:
     good = {"good": {"task": ADD, "schedule": "* * * * *", "args": [1, 2]}}
     with override_settings(PGJOBS={"CRON": good}):
-        tickers = [s for s in default_services(alias="default", worker="w")
-                   if isinstance(s, CronTicker)]
+        tickers = [
+            s for s in default_services(alias="default", worker="w") if isinstance(s, CronTicker)
+        ]
     assert [[s.name for s in t.schedules] for t in tickers] == [["good"]]
 
 
@@ -59,4 +62,5 @@ def test_the_ticker_isolates_a_failing_schedule() -> None:
     ticker = CronTicker(schedules=[bad, good])
     assert ticker.run_once(now=T0) == {"due": 2, "inserted": 1, "existing": 0, "failed": 1}
     assert list(Job.objects.values_list("idempotency_key", flat=True)) == [
-        "cron:good:2024-05-01T10:30:00Z"]
+        "cron:good:2024-05-01T10:30:00Z"
+    ]

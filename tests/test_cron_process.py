@@ -17,9 +17,11 @@ KEY_PREFIX = "cron:every-second:"
 
 def fire_times() -> list[datetime]:
     keys = Job.objects.filter(idempotency_key__startswith=KEY_PREFIX).values_list(
-        "idempotency_key", flat=True)
-    return sorted(datetime.fromisoformat(k.removeprefix(KEY_PREFIX).replace("Z", "+00:00"))
-                  for k in keys)
+        "idempotency_key", flat=True
+    )
+    return sorted(
+        datetime.fromisoformat(k.removeprefix(KEY_PREFIX).replace("Z", "+00:00")) for k in keys
+    )
 
 
 def test_three_replicas_make_exactly_one_job_per_fire_time(start_worker: Any) -> None:

@@ -35,15 +35,18 @@ def test_bare_and_with_options() -> None:
     assert (d.name, d.queue, d.priority, d.max_attempts) == ("custom.name", "q", -3, 2)
 
 
-@pytest.mark.parametrize(("options", "exc", "fragment"), [
-    ({"priority": 200}, ValueError, "priority"),
-    ({"queue": ""}, ValueError, "queue"),
-    ({"max_attempts": 0}, ValueError, "max_attempts"),
-    ({"retry_on": "ValueError"}, TypeError, "exception classes"),
-    ({"discard_on": [int]}, TypeError, "exception classes"),
-    ({"quue": "x"}, TypeError, "Did you mean 'queue'"),
-    ({"cron": ""}, ValueError, "cron"),
-])
+@pytest.mark.parametrize(
+    ("options", "exc", "fragment"),
+    [
+        ({"priority": 200}, ValueError, "priority"),
+        ({"queue": ""}, ValueError, "queue"),
+        ({"max_attempts": 0}, ValueError, "max_attempts"),
+        ({"retry_on": "ValueError"}, TypeError, "exception classes"),
+        ({"discard_on": [int]}, TypeError, "exception classes"),
+        ({"quue": "x"}, TypeError, "Did you mean 'queue'"),
+        ({"cron": ""}, ValueError, "cron"),
+    ],
+)
 def test_bad_options_fail_at_decoration(options: dict[str, Any], exc: type, fragment: str) -> None:
     with pytest.raises(exc, match=fragment):
         job(**options)(module_level)

@@ -60,9 +60,7 @@ def _reference_code() -> str:
 
 def _missing(names: set[str]) -> list[str]:
     code = _reference_code()
-    return sorted(
-        n for n in names if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", code)
-    )
+    return sorted(n for n in names if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", code))
 
 
 def _defined_names(module_name: str) -> set[str]:
@@ -130,14 +128,22 @@ def test_reference_covers_tables() -> None:
 
 
 DJANGO_OPTIONS = {
-    "--help", "--version", "--verbosity", "--settings", "--pythonpath", "--traceback",
-    "--no-color", "--force-color", "--skip-checks",
+    "--help",
+    "--version",
+    "--verbosity",
+    "--settings",
+    "--pythonpath",
+    "--traceback",
+    "--no-color",
+    "--force-color",
+    "--skip-checks",
 }
 
 
 def _commands() -> list[str]:
     return sorted(
-        p.stem for p in (PACKAGE / "management" / "commands").glob("*.py")
+        p.stem
+        for p in (PACKAGE / "management" / "commands").glob("*.py")
         if not p.stem.startswith("_")
     )
 
@@ -148,8 +154,9 @@ def test_reference_covers_management_commands() -> None:
         names.add(name)
         parser = load_command_class("django_pgjobs", name).create_parser("manage.py", name)
         for action in parser._actions:
-            names |= {o for o in action.option_strings
-                      if o.startswith("--") and o not in DJANGO_OPTIONS}
+            names |= {
+                o for o in action.option_strings if o.startswith("--") and o not in DJANGO_OPTIONS
+            }
     assert len(names) > 2
     assert not _missing(names), f"commands/options missing from docs/reference: {_missing(names)}"
 
@@ -291,11 +298,17 @@ class Tutorial:
         self.port = _free_port()
         self.server: subprocess.Popen[bytes] | None = None
         bin_dir = str(Path(sys.executable).parent)
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("DJANGO_", "PGJOBS_", "PYTEST_"))}
-        self.env.update(DATABASE_URL=database_url, PYTHONUNBUFFERED="1",
-                        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                        DJANGO_SUPERUSER_PASSWORD="tutorial-password")
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("DJANGO_", "PGJOBS_", "PYTEST_"))
+        }
+        self.env.update(
+            DATABASE_URL=database_url,
+            PYTHONUNBUFFERED="1",
+            PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            DJANGO_SUPERUSER_PASSWORD="tutorial-password",
+        )
 
     def run(self, command: Command) -> list[str] | None:
         """Run one command; its output lines, or None for a step this test cannot run."""
@@ -313,17 +326,27 @@ class Tutorial:
             return None
         if argv[1:3] == ["manage.py", "createsuperuser"]:
             argv.append("--noinput")
-        proc = subprocess.run(argv, cwd=self.project, env=self.env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=120)
+        proc = subprocess.run(
+            argv,
+            cwd=self.project,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+        )
         output = proc.stdout.decode(errors="replace")
-        assert proc.returncode == 0, f"{command.where}: `{command.line}` exited " \
-                                     f"{proc.returncode}:\n{output}"
+        assert proc.returncode == 0, (
+            f"{command.where}: `{command.line}` exited {proc.returncode}:\n{output}"
+        )
         return output.splitlines()
 
     def start_server(self, argv: list[str]) -> None:
         self.server = subprocess.Popen(
-            [*argv, f"127.0.0.1:{self.port}", "--noreload"], cwd=self.project, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [*argv, f"127.0.0.1:{self.port}", "--noreload"],
+            cwd=self.project,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
         def answers() -> bool:
@@ -398,8 +421,10 @@ def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
             expected = sort_mime_headers([normalise(x) for x in step.expected if x.strip()])
             actual = sort_mime_headers([normalise(x) for x in output if x.strip()])
             assert matches(expected, actual), (
-                f"{step.where}: `{step.line}` printed\n" + "\n".join(output)
-                + "\n\nbut the tutorial shows\n" + "\n".join(step.expected)
+                f"{step.where}: `{step.line}` printed\n"
+                + "\n".join(output)
+                + "\n\nbut the tutorial shows\n"
+                + "\n".join(step.expected)
             )
         # The how-tos' blocks marked `doc-test: tutorial-project PATH` (test-your-jobs.md)
         # are tests for this project: write them and run them with Django's runner.

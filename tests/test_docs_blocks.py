@@ -33,8 +33,9 @@ from django.db import connection, transaction
 from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"
-FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$",
-                   re.M | re.S)
+FENCE = re.compile(
+    r"^(?P<fence>`{3,}|~{3,})(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S
+)
 MARKER = re.compile(r"<!--\s*(doc-test|not-run):\s*(.*?)\s*-->\s*$", re.S)
 RUNNABLE = ("settings", "jobs", "sql", "command", "tutorial-project")
 
@@ -59,13 +60,21 @@ def blocks() -> list[Block]:
         for page in sorted((DOCS / folder).glob("*.md")):
             text = page.read_text()
             for m in FENCE.finditer(text):
-                if text[m.end("lang"):m.end("lang") + 1] == "{" or m["lang"] == "mermaid":
+                if text[m.end("lang") : m.end("lang") + 1] == "{" or m["lang"] == "mermaid":
                     continue  # a MyST directive ({toctree}) or a diagram, not code
                 before = text[: m.start()].rstrip()
-                tail = before[before.rfind("<!--"):] if before.endswith("-->") else ""
+                tail = before[before.rfind("<!--") :] if before.endswith("-->") else ""
                 marker = MARKER.match(tail)
-                out.append(Block(page, text[: m.start()].count("\n") + 1, m["lang"], m["body"],
-                                 marker[1] if marker else None, marker[2] if marker else ""))
+                out.append(
+                    Block(
+                        page,
+                        text[: m.start()].count("\n") + 1,
+                        m["lang"],
+                        m["body"],
+                        marker[1] if marker else None,
+                        marker[2] if marker else "",
+                    )
+                )
     return out
 
 
@@ -74,8 +83,9 @@ def run_by_tutorial(block: Block) -> bool:
         return False
     if block.lang == "console":
         return True
-    return block.lang == "python" and bool(re.match(r"# \S+\.py( \(add at the end\))?\n",
-                                                     block.body))
+    return block.lang == "python" and bool(
+        re.match(r"# \S+\.py( \(add at the end\))?\n", block.body)
+    )
 
 
 def test_every_block_is_covered() -> None:
@@ -88,8 +98,10 @@ def test_every_block_is_covered() -> None:
             if block.arg.split()[0] not in RUNNABLE:
                 problems.append(f"{block.where}: unknown doc-test kind {block.arg!r}")
         elif not run_by_tutorial(block):
-            problems.append(f"{block.where}: ```{block.lang} block neither runs in a test nor "
-                            "says why not (<!-- doc-test: KIND --> or <!-- not-run: REASON -->)")
+            problems.append(
+                f"{block.where}: ```{block.lang} block neither runs in a test nor "
+                "says why not (<!-- doc-test: KIND --> or <!-- not-run: REASON -->)"
+            )
     assert not problems, "\n".join(problems)
 
 
@@ -111,8 +123,11 @@ def _namespace(block: Block) -> dict[str, Any]:
     module = types.ModuleType(name)
     sys.modules[name] = module
     namespace = module.__dict__
-    namespace.update(job=job, INSTALLED_APPS=["django.contrib.admin"],
-                     DATABASES={"default": {"ENGINE": "django.db.backends.postgresql"}})
+    namespace.update(
+        job=job,
+        INSTALLED_APPS=["django.contrib.admin"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.postgresql"}},
+    )
     return namespace
 
 
@@ -164,17 +179,28 @@ def test_sql_blocks_run(block: Block) -> None:
 @pytest.mark.parametrize("block", marked("command"), ids=_ids(marked("command")))
 def test_command_blocks_run(block: Block) -> None:
     """Each ``$ python manage.py ...`` line runs against the test database and exits 0."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
-           "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"]}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(ROOT),
+        "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
+    }
     lines = [line[2:] for line in block.body.splitlines() if line.startswith("$ ")]
     assert lines, f"{block.where}: no $ command"
     for line in lines:
         argv = shlex.split(line.split("  #")[0])
         assert argv[:2] == ["python", "manage.py"], f"{block.where}: {line}"
-        proc = subprocess.run([sys.executable, "-m", "django", *argv[2:]], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "django", *argv[2:]],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode in (0, 1) if "--check" in argv else proc.returncode == 0, (
-            f"{block.where}: `{line}` exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+            f"{block.where}: `{line}` exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+        )
 
 
 def tutorial_project_files() -> dict[str, str]:

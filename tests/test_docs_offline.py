@@ -21,8 +21,13 @@ CHROMIUM = os.environ.get("PGJOBS_CHROMIUM", "/usr/bin/chromium")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("sphinx")
     out = tmp_path_factory.mktemp("docs-html")
-    proc = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", "docs", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", "docs", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -32,10 +37,14 @@ def test_no_page_loads_a_remote_script(site: Path) -> None:
     remote = []
     for page in site.rglob("*.html"):
         text = page.read_text()
-        remote += [f"{page.relative_to(site)}: {src}" for src in
-                   re.findall(r"<script[^>]*src=\"(https?:[^\"]+)\"", text)]
-        remote += [f"{page.relative_to(site)}: import from {url}" for url in
-                   re.findall(r"import [^;]*? from \"(https?:[^\"]+)\"", text)]
+        remote += [
+            f"{page.relative_to(site)}: {src}"
+            for src in re.findall(r"<script[^>]*src=\"(https?:[^\"]+)\"", text)
+        ]
+        remote += [
+            f"{page.relative_to(site)}: import from {url}"
+            for url in re.findall(r"import [^;]*? from \"(https?:[^\"]+)\"", text)
+        ]
     assert remote == []
     assert (site / "_static" / "mermaid" / "mermaid.min.js").stat().st_size > 1_000_000
 
@@ -47,8 +56,9 @@ def test_diagrams_render_offline_from_file_urls(site: Path) -> None:
         pytest.skip(f"no Chromium at {CHROMIUM}")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--headless", "--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
         try:
             context = browser.new_context(offline=True)
             page = context.new_page()

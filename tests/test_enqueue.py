@@ -61,7 +61,12 @@ def test_delay_sets_run_at_in_the_future() -> None:
 def test_enqueue_by_name_is_the_same_thing() -> None:
     job = Job.objects.enqueue("tests.testapp.jobs.add", args=[2, 3], priority=4, queue="q")
     assert (job.task, job.args, job.kwargs, job.priority, job.queue) == (
-        "tests.testapp.jobs.add", [2, 3], {}, 4, "q")
+        "tests.testapp.jobs.add",
+        [2, 3],
+        {},
+        4,
+        "q",
+    )
 
 
 def test_direct_call_runs_inline_and_writes_nothing() -> None:
@@ -71,10 +76,13 @@ def test_direct_call_runs_inline_and_writes_nothing() -> None:
 
 
 def test_enqueue_many_inserts_all_rows_with_options() -> None:
-    count = add.using(priority=3, queue="bulk").enqueue_many([(i, i) for i in range(1200)]
-                                                            + [([1], {"b": 2})])
+    count = add.using(priority=3, queue="bulk").enqueue_many(
+        [(i, i) for i in range(1200)] + [([1], {"b": 2})]
+    )
     assert count == 1201
-    assert Job.objects.filter(task="tests.testapp.jobs.add", queue="bulk", priority=3).count() == 1201
+    assert (
+        Job.objects.filter(task="tests.testapp.jobs.add", queue="bulk", priority=3).count() == 1201
+    )
     assert Job.objects.filter(args=[1], kwargs={"b": 2}).count() == 1
     assert noop.enqueue_many([]) == 0
 
@@ -111,11 +119,13 @@ def test_job_invisible_to_other_connections_until_commit() -> None:
     with psycopg.connect(dsn(), autocommit=True) as other:
         with transaction.atomic():
             job = add.enqueue(1, 2)
-            seen = other.execute("SELECT count(*) FROM django_pgjobs_job WHERE id = %s",
-                                 [job.pk]).fetchone()
+            seen = other.execute(
+                "SELECT count(*) FROM django_pgjobs_job WHERE id = %s", [job.pk]
+            ).fetchone()
             assert seen == (0,)
-        seen = other.execute("SELECT count(*) FROM django_pgjobs_job WHERE id = %s",
-                             [job.pk]).fetchone()
+        seen = other.execute(
+            "SELECT count(*) FROM django_pgjobs_job WHERE id = %s", [job.pk]
+        ).fetchone()
         assert seen == (1,)
 
 
@@ -187,11 +197,17 @@ BAD_CALLS = [
     (lambda: add.using(idempotency_key=""), ValueError, "idempotency_key"),
     (lambda: add.using(idempotency_key="k" * 256), ValueError, "idempotency_key"),
     (lambda: add.using(prority=1), TypeError, "Did you mean 'priority'"),
-    (lambda: Job.objects.enqueue("tests.testapp.jobs.ad", args=[1, 2]), UnknownTask,
-     "tests.testapp.jobs.add"),
+    (
+        lambda: Job.objects.enqueue("tests.testapp.jobs.ad", args=[1, 2]),
+        UnknownTask,
+        "tests.testapp.jobs.add",
+    ),
     (lambda: Job.objects.enqueue("os.system", args=["true"]), LookupError, "unknown task"),
-    (lambda: Job.objects.enqueue("tests.testapp.jobs.add", args=[1, 2], priorty=1), TypeError,
-     "priority"),
+    (
+        lambda: Job.objects.enqueue("tests.testapp.jobs.add", args=[1, 2], priorty=1),
+        TypeError,
+        "priority",
+    ),
     (lambda: Job.objects.enqueue("tests.testapp.jobs.add", args="12"), TypeError, "list"),
     (lambda: add.enqueue_many([(1, 2), (3,)]), TypeError, "item 1"),
     (lambda: add.enqueue_many([(1, 2), 5]), TypeError, "item 1"),
@@ -201,8 +217,9 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize(("call", "exc_type", "fragment"), BAD_CALLS)
-def test_bad_input_is_refused_clearly_and_writes_nothing(call: Any, exc_type: type,
-                                                          fragment: str) -> None:
+def test_bad_input_is_refused_clearly_and_writes_nothing(
+    call: Any, exc_type: type, fragment: str
+) -> None:
     with pytest.raises(exc_type) as info:
         call()
     assert fragment in str(info.value)

@@ -26,15 +26,22 @@ def small_args(settings: Any) -> None:
     settings.PGJOBS = {**settings.PGJOBS, **SMALL}
 
 
-@pytest.mark.parametrize("enqueue", [
-    lambda: send_email.enqueue("x" * 2000),
-    lambda: send_email.using(priority=1).enqueue("a", subject="y" * 2000),
-    lambda: Job.objects.enqueue("tests.testapp.jobs.send_email", args=["x" * 2000]),
-    lambda: send_email.enqueue_many([("a",), ("x" * 2000,)]),
-], ids=["enqueue", "kwarg", "by-name", "enqueue_many"])
+@pytest.mark.parametrize(
+    "enqueue",
+    [
+        lambda: send_email.enqueue("x" * 2000),
+        lambda: send_email.using(priority=1).enqueue("a", subject="y" * 2000),
+        lambda: Job.objects.enqueue("tests.testapp.jobs.send_email", args=["x" * 2000]),
+        lambda: send_email.enqueue_many([("a",), ("x" * 2000,)]),
+    ],
+    ids=["enqueue", "kwarg", "by-name", "enqueue_many"],
+)
 def test_arguments_over_max_args_bytes_are_refused_naming_the_argument(
-        small_args: None, enqueue: Any) -> None:
-    with pytest.raises(ValueError, match=r"argument '(to|subject)' is 2,00\d bytes.*MAX_ARGS_BYTES"):
+    small_args: None, enqueue: Any
+) -> None:
+    with pytest.raises(
+        ValueError, match=r"argument '(to|subject)' is 2,00\d bytes.*MAX_ARGS_BYTES"
+    ):
         enqueue()
     assert Job.objects.count() == 0
 
@@ -44,13 +51,20 @@ def test_arguments_at_the_limit_are_accepted(small_args: None) -> None:
     assert Job.objects.get(pk=job.pk).args == ["x" * 900]
 
 
-@pytest.mark.parametrize("setup, args, message", [
-    ("SET LOCAL pgjobs.max_args_bytes = '1000'", f'["{"x" * 2000}"]',
-     "args and kwargs are 20.. bytes as JSON, more than pgjobs.max_args_bytes"),
-    ("", f'["{"x" * 1_100_000}"]', "more than pgjobs.max_args_bytes .1048576."),
-    ("", "[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2), f"more than {MAX_DEPTH} levels deep"),
-    ("", "[1e5000]", "a number of more than 4200 digits"),
-], ids=["setting", "default", "depth", "huge-number"])
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        (
+            "SET LOCAL pgjobs.max_args_bytes = '1000'",
+            f'["{"x" * 2000}"]',
+            "args and kwargs are 20.. bytes as JSON, more than pgjobs.max_args_bytes",
+        ),
+        ("", f'["{"x" * 1_100_000}"]', "more than pgjobs.max_args_bytes .1048576."),
+        ("", "[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2), f"more than {MAX_DEPTH} levels deep"),
+        ("", "[1e5000]", "a number of more than 4200 digits"),
+    ],
+    ids=["setting", "default", "depth", "huge-number"],
+)
 def test_pgjobs_enqueue_refuses_what_python_would(setup: str, args: str, message: str) -> None:
     with connection.cursor() as cursor:
         if setup:
@@ -66,14 +80,17 @@ def test_pgjobs_enqueue_accepts_the_deepest_python_accepts() -> None:
         deep = [deep]
     add.enqueue(deep, 1)  # Python's bound
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pgjobs_enqueue('tests.testapp.jobs.add', %s::jsonb)",
-                       [json.dumps([deep, 1])])
+        cursor.execute(
+            "SELECT pgjobs_enqueue('tests.testapp.jobs.add', %s::jsonb)", [json.dumps([deep, 1])]
+        )
     assert Job.objects.count() == 2
 
 
 def test_an_int_too_long_to_read_back_is_refused() -> None:
-    with pytest.raises(TypeError, match="argument 'a' cannot be stored as JSON: an int of about 5000 digits"):
-        add.enqueue(10 ** 5000, 1)
+    with pytest.raises(
+        TypeError, match="argument 'a' cannot be stored as JSON: an int of about 5000 digits"
+    ):
+        add.enqueue(10**5000, 1)
     assert Job.objects.count() == 0
 
 
@@ -81,7 +98,10 @@ def test_deep_nesting_is_refused() -> None:
     deep: Any = []
     for _ in range(MAX_DEPTH + 5):
         deep = [deep]
-    with pytest.raises(TypeError, match=f"argument 'a'.* nested too deeply: lists/dicts more than {MAX_DEPTH} levels"):
+    with pytest.raises(
+        TypeError,
+        match=f"argument 'a'.* nested too deeply: lists/dicts more than {MAX_DEPTH} levels",
+    ):
         add.enqueue(deep, 1)
     deeper: Any = []
     for _ in range(5000):  # far past Python's recursion limit: still a clear TypeError

@@ -34,7 +34,8 @@ def url_for(name: str) -> str:
     """A DATABASE_URL for database ``name`` on the test server (TCP or Unix socket)."""
     p = server_params()
     auth = quote(p.get("user", ""), safe="") + (
-        ":" + quote(p["password"], safe="") if p.get("password") else "")
+        ":" + quote(p["password"], safe="") if p.get("password") else ""
+    )
     host = p.get("host", "")
     if not host or host.startswith("/"):
         return f"postgres://{auth}@/{name}" + (f"?host={quote(host)}" if host else "")
@@ -60,8 +61,14 @@ def demo_url() -> Iterator[str]:
 
 def manage(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "example_project.settings"}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=EXAMPLE, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def counts(output: str) -> dict[str, int]:
@@ -98,5 +105,6 @@ def test_shop_own_tests_pass(demo_url: str) -> None:
     result = manage(demo_url, "test", "shop", "--noinput", "-v", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"Ran 6 tests in .*\n\nOK", result.stderr), result.stderr
-    assert re.search(r"test_a_rolled_back_order_leaves_no_job_behind \(.*\) \.\.\. ok",
-                     result.stderr), result.stderr
+    assert re.search(
+        r"test_a_rolled_back_order_leaves_no_job_behind \(.*\) \.\.\. ok", result.stderr
+    ), result.stderr

@@ -38,17 +38,26 @@ def known() -> list[str]:
 # -- options and their errors ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(("options", "error", "fragment"), [
-    ({"concurrency_limit": 2}, TypeError, "needs a concurrency_key"),
-    ({"concurrency_key": "u:{user_id}", "concurrency_limit": 0}, ValueError, "concurrency_limit"),
-    ({"concurrency_key": "u:{0}"}, ValueError, "not positions"),
-    ({"concurrency_key": "u:{nope}"}, ValueError, "'nope', which is not a parameter"),
-    ({"concurrency_key": 5}, TypeError, "format string"),
-    ({"unique_while": "always"}, ValueError, "must be \"pending\" or \"active\""),
-])
-def test_bad_flow_options_fail_at_decoration(options: dict[str, Any], error: type,
-                                             fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "error", "fragment"),
+    [
+        ({"concurrency_limit": 2}, TypeError, "needs a concurrency_key"),
+        (
+            {"concurrency_key": "u:{user_id}", "concurrency_limit": 0},
+            ValueError,
+            "concurrency_limit",
+        ),
+        ({"concurrency_key": "u:{0}"}, ValueError, "not positions"),
+        ({"concurrency_key": "u:{nope}"}, ValueError, "'nope', which is not a parameter"),
+        ({"concurrency_key": 5}, TypeError, "format string"),
+        ({"unique_while": "always"}, ValueError, 'must be "pending" or "active"'),
+    ],
+)
+def test_bad_flow_options_fail_at_decoration(
+    options: dict[str, Any], error: type, fragment: str
+) -> None:
     def task(user_id: int) -> None: ...
+
     task.__qualname__ = "bad_flow_task"
     with pytest.raises(error, match=fragment):
         job(**options)(task)
@@ -64,8 +73,11 @@ def test_concurrency_key_from_positional_args_and_callables() -> None:
     row = flow_keyed_jobs.per_user.enqueue(user_id=7, i=2, seconds=0)
     assert Job.objects.get(id=row.id).concurrency_key == "user:7"
     assert flow_keyed_jobs.per_user.enqueue_many([(1, 1, 0), (2, 2, 0)]) == 2
-    assert sorted(Job.objects.filter(concurrency_key__in=["user:1", "user:2"])
-                  .values_list("concurrency_key", flat=True)) == ["user:1", "user:2"]
+    assert sorted(
+        Job.objects.filter(concurrency_key__in=["user:1", "user:2"]).values_list(
+            "concurrency_key", flat=True
+        )
+    ) == ["user:1", "user:2"]
     by_callable = registry.get("tests.flow_keyed_jobs.by_account")
     row = Job.objects.enqueue(by_callable.name, args=[{"account": "acme"}])
     assert Job.objects.get(id=row.id).concurrency_key == "acct-acme"
@@ -132,16 +144,20 @@ def test_parse_rate() -> None:
             parse_rate(bad)
 
 
-@pytest.mark.parametrize(("queues", "fragment"), [
-    ({"emails": {"max_runing": 2}}, "Did you mean 'max_running'"),
-    ({"emails": {"max_running": 0}}, "max_running'] must be a whole number >= 1"),
-    ({"emails": {"rate": "10/d"}}, 'must be "N/s", "N/m" or "N/h"'),
-    ({"emails": {"paused": "yes"}}, "paused'] must be True or False"),
-    ({"emails": 5}, "must be a dict of options"),
-    ({"a,b": {}}, "must not contain commas"),
-])
-def test_check_e010_names_the_bad_queue_entry(settings: Any, queues: dict[str, Any],
-                                              fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("queues", "fragment"),
+    [
+        ({"emails": {"max_runing": 2}}, "Did you mean 'max_running'"),
+        ({"emails": {"max_running": 0}}, "max_running'] must be a whole number >= 1"),
+        ({"emails": {"rate": "10/d"}}, 'must be "N/s", "N/m" or "N/h"'),
+        ({"emails": {"paused": "yes"}}, "paused'] must be True or False"),
+        ({"emails": 5}, "must be a dict of options"),
+        ({"a,b": {}}, "must not contain commas"),
+    ],
+)
+def test_check_e010_names_the_bad_queue_entry(
+    settings: Any, queues: dict[str, Any], fragment: str
+) -> None:
     settings.PGJOBS = {"QUEUES": queues}
     messages = check_queues()
     assert [m.id for m in messages] == ["django_pgjobs.E010"]
@@ -149,16 +165,19 @@ def test_check_e010_names_the_bad_queue_entry(settings: Any, queues: dict[str, A
 
 
 def test_check_e010_accepts_good_entries(settings: Any) -> None:
-    settings.PGJOBS = {"QUEUES": {"emails": {"max_running": 5, "rate": "100/m"},
-                                  "reports": {"paused": True}}}
+    settings.PGJOBS = {
+        "QUEUES": {"emails": {"max_running": 5, "rate": "100/m"}, "reports": {"paused": True}}
+    }
     assert check_queues() == []
 
 
 @db
 def test_settings_are_synced_into_queue_rows_and_keep_runtime_pauses(settings: Any) -> None:
     Queue.objects.create(name="emails", paused=True, max_running=9)
-    settings.PGJOBS = {**settings.PGJOBS, "QUEUES": {
-        "emails": {"max_running": 5, "rate": "100/m"}, "reports": {"paused": True}}}
+    settings.PGJOBS = {
+        **settings.PGJOBS,
+        "QUEUES": {"emails": {"max_running": 5, "rate": "100/m"}, "reports": {"paused": True}},
+    }
     assert sync_queues() == 2
     rows = {q.name: (q.paused, q.max_running, q.rate) for q in Queue.objects.all()}
     assert rows == {"emails": (True, 5, "100/m"), "reports": (True, None, None)}
@@ -231,7 +250,8 @@ def test_limited_claim_rate_window() -> None:
     assert len(Queue.objects.get(name="flow-rated").rate_log) == 3
     # A minute later the window has moved on.
     Queue.objects.filter(name="flow-rated").update(
-        rate_log=[(timezone.now() - timedelta(seconds=61)).timestamp()] * 3)
+        rate_log=[(timezone.now() - timedelta(seconds=61)).timestamp()] * 3
+    )
     assert len(claim(n=5, queues=["flow-rated"], tasks=known(), limited=True)) == 2
     assert Job.objects.filter(id__in=ids, status="running").count() == 5
 
@@ -273,12 +293,21 @@ def test_sweeper_dead_letters_only_after_the_timeout(settings: Any) -> None:
     old = jobs.noop.enqueue()
     Job.objects.filter(id__in=[waiting.id, old.id]).update(task="tests.gone.job")
     Job.objects.filter(id=old.id).update(run_at=timezone.now() - timedelta(seconds=120))
-    WorkerRow.objects.create(id="w1", host="h", pid=1, queues=["*"], concurrency=1,
-                             tasks=[jobs.noop.name], started_at=timezone.now() - timedelta(hours=1))
+    WorkerRow.objects.create(
+        id="w1",
+        host="h",
+        pid=1,
+        queues=["*"],
+        concurrency=1,
+        tasks=[jobs.noop.name],
+        started_at=timezone.now() - timedelta(hours=1),
+    )
     assert [u["task"] for u in unknown_pending(connection, stale_after=30)] == ["tests.gone.job"]
     assert UnknownTaskSweeper(alias="default").run_once() == {"dead": 1}
     dead = Job.objects.get(id=old.id)
-    assert dead.status == "dead" and dead.errors[0]["type"] == "django_pgjobs.exceptions.UnknownTask"
+    assert (
+        dead.status == "dead" and dead.errors[0]["type"] == "django_pgjobs.exceptions.UnknownTask"
+    )
     assert "unknown task 'tests.gone.job'" in dead.last_error and "JOB_MODULES" in dead.last_error
     assert Job.objects.get(id=waiting.id).status == "pending"
     assert KnownTask.objects.filter(name=jobs.noop.name).exists()
@@ -288,11 +317,19 @@ def test_sweeper_dead_letters_only_after_the_timeout(settings: Any) -> None:
 def test_sweeper_spares_a_task_a_worker_knew_recently(settings: Any) -> None:
     settings.PGJOBS = {**settings.PGJOBS, "UNKNOWN_TASK_TIMEOUT": 60}
     row = jobs.noop.enqueue()
-    Job.objects.filter(id=row.id).update(task="tests.rolled_back.job",
-                                         run_at=timezone.now() - timedelta(seconds=120))
+    Job.objects.filter(id=row.id).update(
+        task="tests.rolled_back.job", run_at=timezone.now() - timedelta(seconds=120)
+    )
     KnownTask.objects.create(name="tests.rolled_back.job", last_known=timezone.now())
-    WorkerRow.objects.create(id="w1", host="h", pid=1, queues=["*"], concurrency=1, tasks=[],
-                             started_at=timezone.now() - timedelta(hours=1))
+    WorkerRow.objects.create(
+        id="w1",
+        host="h",
+        pid=1,
+        queues=["*"],
+        concurrency=1,
+        tasks=[],
+        started_at=timezone.now() - timedelta(hours=1),
+    )
     assert UnknownTaskSweeper(alias="default").run_once() == {"dead": 0}
     # ...and nothing happens while the only live worker has been up less than the timeout.
     KnownTask.objects.all().delete()
@@ -324,11 +361,15 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
 
 
 @db
-@pytest.mark.parametrize(("statement", "extra"), [
-    (sql.JOB_CLAIM_ONE_QUEUE_KNOWN, {"queue": "default"}),
-    (sql.JOB_CLAIM_QUEUES_KNOWN, {"queues": ["default", "emails"]}),
-    (sql.JOB_CLAIM_ALL_KNOWN, {}),
-], ids=["one-queue", "queues", "all"])
+@pytest.mark.parametrize(
+    ("statement", "extra"),
+    [
+        (sql.JOB_CLAIM_ONE_QUEUE_KNOWN, {"queue": "default"}),
+        (sql.JOB_CLAIM_QUEUES_KNOWN, {"queues": ["default", "emails"]}),
+        (sql.JOB_CLAIM_ALL_KNOWN, {}),
+    ],
+    ids=["one-queue", "queues", "all"],
+)
 def test_known_task_claims_are_the_fast_path_plus_a_filter(statement: str, extra: dict) -> None:
     from tests.test_perf_plans import _fill
 
@@ -371,8 +412,9 @@ def test_job_admin_filter_shows_jobs_no_live_worker_knows(admin_client: Any) -> 
     waiting = jobs.noop.enqueue()
     Job.objects.filter(id=waiting.id).update(task="tests.next_release.job")
     known_job = jobs.noop.enqueue()
-    WorkerRow.objects.create(id="w1", host="h", pid=1, queues=["*"], concurrency=1,
-                             tasks=[jobs.noop.name])
+    WorkerRow.objects.create(
+        id="w1", host="h", pid=1, queues=["*"], concurrency=1, tasks=[jobs.noop.name]
+    )
     page = admin_client.get("/admin/django_pgjobs/job/?attention=unknown")
     assert page.status_code == 200
     ids = [j.id for j in page.context["cl"].result_list]

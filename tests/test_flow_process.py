@@ -27,14 +27,18 @@ pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 Start = Callable[..., WorkerProcess]
 
 
-def three_workers(start_worker: Start, *args: str, env: dict[str, str] | None = None
-                  ) -> list[WorkerProcess]:
+def three_workers(
+    start_worker: Start, *args: str, env: dict[str, str] | None = None
+) -> list[WorkerProcess]:
     return [start_worker("--concurrency", "4", *args, env=env) for _ in range(3)]
 
 
 def wait_done(ids: Sequence[int], timeout: float = 60) -> None:
-    wait_until(lambda: Job.objects.filter(id__in=ids, status="completed").count() == len(ids),
-               timeout=timeout, message=f"{len(ids)} jobs to complete")
+    wait_until(
+        lambda: Job.objects.filter(id__in=ids, status="completed").count() == len(ids),
+        timeout=timeout,
+        message=f"{len(ids)} jobs to complete",
+    )
 
 
 def runs(ids: Sequence[int]) -> list[tuple[float, float, int]]:
@@ -66,10 +70,13 @@ def test_max_running_holds_across_three_workers(start_worker: Start) -> None:
 
 
 def test_concurrency_key_serialises_one_key_while_others_overlap(start_worker: Start) -> None:
-    ids = {user: [flow_keyed_jobs.per_user.enqueue(user, i, 0.25).id for i in range(5)]
-           for user in (1, 2, 3)}
-    assert set(Job.objects.filter(id__in=ids[1]).values_list("concurrency_key", flat=True)) \
-        == {"user:1"}
+    ids = {
+        user: [flow_keyed_jobs.per_user.enqueue(user, i, 0.25).id for i in range(5)]
+        for user in (1, 2, 3)
+    }
+    assert set(Job.objects.filter(id__in=ids[1]).values_list("concurrency_key", flat=True)) == {
+        "user:1"
+    }
     three_workers(start_worker, env={"PGJOBS_TEST_KEYED": "1"})
     everything = [i for group in ids.values() for i in group]
     wait_done(everything)
@@ -103,8 +110,9 @@ def test_pause_holds_a_queue_while_another_flows(start_worker: Start) -> None:
     more = [flow_jobs.flowing.enqueue(i).id for i in range(3)]
     wait_done(more)
     time.sleep(0.6)
-    assert set(Job.objects.filter(id__in=held).values_list("status", "attempts")) \
-        == {("pending", 0)}
+    assert set(Job.objects.filter(id__in=held).values_list("status", "attempts")) == {
+        ("pending", 0)
+    }
     # Enqueueing into a paused queue still works, and resume starts it at once (NOTIFY).
     held.append(flow_jobs.held.enqueue(99).id)
     resumed_at = time.time()
@@ -153,23 +161,28 @@ def test_two_threads_enqueueing_one_unique_key_make_one_row() -> None:
     assert Job.objects.filter(task=flow_jobs.refresh_account.name).count() == 1
 
 
-def test_rolling_deploy_completes_everything_and_dead_letters_nothing(
-        start_worker: Start) -> None:
+def test_rolling_deploy_completes_everything_and_dead_letters_nothing(start_worker: Start) -> None:
     old = start_worker("--concurrency", "2", env={"PGJOBS_TEST_OLD_WORKER": "1"})
-    wait_until(lambda: connection.cursor().execute(
-        "SELECT 1 FROM django_pgjobs_worker").fetchone() is not None, message="old worker row")
+    wait_until(
+        lambda: (
+            connection.cursor().execute("SELECT 1 FROM django_pgjobs_worker").fetchone() is not None
+        ),
+        message="old worker row",
+    )
     new_ids = [flow_jobs.new_in_this_release.enqueue(i).id for i in range(10)]
     old_ids = [jobs.noop.enqueue().id for _ in range(10)]
     wait_done(old_ids)  # the old worker is busy and sees the new jobs...
     time.sleep(0.6)
     # ...but never claims them (without the known-task claim they would be dead now).
-    assert set(Job.objects.filter(id__in=new_ids).values_list("status", "attempts")) \
-        == {("pending", 0)}
+    assert set(Job.objects.filter(id__in=new_ids).values_list("status", "attempts")) == {
+        ("pending", 0)
+    }
     from django_pgjobs.health import status
 
     unknown = status.collect().unknown_tasks
     assert [(u["task"], u["pending"]) for u in unknown] == [
-        (flow_jobs.new_in_this_release.name, 10)]
+        (flow_jobs.new_in_this_release.name, 10)
+    ]
     start_worker("--concurrency", "2")  # the new release arrives
     wait_done(new_ids)
     assert old.proc.poll() is None

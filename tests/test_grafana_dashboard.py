@@ -14,9 +14,14 @@ from django_pgjobs.health.queue_stats import QueueSample
 from tests.conftest import ROOT
 
 DASHBOARD = ROOT / "docs" / "_static" / "grafana" / "django-pgjobs-dashboard.json"
-SPEC_NAMES = {"pgjobs_jobs_finished_total", "pgjobs_jobs_claimed_total",
-              "pgjobs_job_duration_seconds_bucket", "pgjobs_queue_jobs",
-              "pgjobs_queue_lag_seconds", "pgjobs_worker_inflight"}
+SPEC_NAMES = {
+    "pgjobs_jobs_finished_total",
+    "pgjobs_jobs_claimed_total",
+    "pgjobs_job_duration_seconds_bucket",
+    "pgjobs_queue_jobs",
+    "pgjobs_queue_lag_seconds",
+    "pgjobs_worker_inflight",
+}
 PROMETHEUS_LABELS = {"le", "instance", "job"}
 
 

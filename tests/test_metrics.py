@@ -58,8 +58,7 @@ def test_run_jobs_feeds_finished_counters_and_durations(wm: WorkerMetrics) -> No
     dur = "pgjobs_job_duration_seconds_count"
     assert value(wm, dur, task=TASK + "add", queue="default") == 2
     assert value(wm, dur, task=TASK + "always_fails", queue="billing") == 1
-    assert 0 < value(wm, "pgjobs_job_duration_seconds_sum", task=TASK + "add",
-                     queue="default") < 5
+    assert 0 < value(wm, "pgjobs_job_duration_seconds_sum", task=TASK + "add", queue="default") < 5
     assert value(wm, "pgjobs_worker_inflight") == 0
     # run_jobs claims without jobs_claimed (it is not a worker): no claimed counts.
     assert value(wm, "pgjobs_jobs_claimed_total", queue="default") == 0
@@ -70,27 +69,52 @@ def test_worker_feeds_claimed_inflight_and_released(wm: WorkerMetrics, tmp_path:
     marker = str(tmp_path / "ran")
     add.enqueue(1, 1)
     long = sleep_then_mark.enqueue(30, marker)
-    worker = Worker(install_signal_handlers=False, maintenance=False, concurrency=2,
-                    poll_interval=0.1)
+    worker = Worker(
+        install_signal_handlers=False, maintenance=False, concurrency=2, poll_interval=0.1
+    )
     worker.shutdown_timeout = 0.5
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: value(wm, "pgjobs_jobs_finished_total", task=TASK + "add",
-                                 queue="default", outcome="completed") == 1,
-                   message="the quick job to complete")
-        wait_until(lambda: value(wm, "pgjobs_worker_inflight") == 1,
-                   message="the long job to be the one in flight")
+        wait_until(
+            lambda: (
+                value(
+                    wm,
+                    "pgjobs_jobs_finished_total",
+                    task=TASK + "add",
+                    queue="default",
+                    outcome="completed",
+                )
+                == 1
+            ),
+            message="the quick job to complete",
+        )
+        wait_until(
+            lambda: value(wm, "pgjobs_worker_inflight") == 1,
+            message="the long job to be the one in flight",
+        )
         assert value(wm, "pgjobs_jobs_claimed_total", queue="default") == 2
     finally:
         worker.request_stop()
         thread.join(30)
     assert not thread.is_alive()
-    assert value(wm, "pgjobs_jobs_finished_total", task=TASK + "sleep_then_mark",
-                 queue="default", outcome="released") == 1
+    assert (
+        value(
+            wm,
+            "pgjobs_jobs_finished_total",
+            task=TASK + "sleep_then_mark",
+            queue="default",
+            outcome="released",
+        )
+        == 1
+    )
     # A released job was not a finished run: no duration for it.
-    assert value(wm, "pgjobs_job_duration_seconds_count", task=TASK + "sleep_then_mark",
-                 queue="default") == 0
+    assert (
+        value(
+            wm, "pgjobs_job_duration_seconds_count", task=TASK + "sleep_then_mark", queue="default"
+        )
+        == 0
+    )
     assert value(wm, "pgjobs_worker_inflight") == 0
     long.refresh_from_db()
     assert long.status == "pending"
@@ -108,18 +132,35 @@ def test_a_fenced_completion_counts_as_fenced_once(wm: WorkerMetrics) -> None:
     from django_pgjobs.worker import outcomes
     from django_pgjobs.worker.executor import execute
 
-    signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
-                 queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
-                 worker="zombie")
+    signals.send(
+        signals.job_started,
+        job_id=claimed.id,
+        task=claimed.task,
+        queue=claimed.queue,
+        attempt=claimed.attempt,
+        lease=claimed.lease,
+        worker="zombie",
+    )
     outcome = execute(claimed, worker="zombie", alias="default")
     assert outcome.kind == "fenced" and isinstance(outcome.exception, LeaseLost)
     outcomes.report_fenced(claimed, "heartbeat", worker="zombie")  # notice only
-    outcomes.report(claimed, outcome, ours=outcomes.write(connection, claimed, outcome),
-                    worker="zombie")
-    assert value(wm, "pgjobs_jobs_finished_total", task=TASK + "atomic_insert",
-                 queue="default", outcome="fenced") == 1
-    assert value(wm, "pgjobs_job_duration_seconds_count", task=TASK + "atomic_insert",
-                 queue="default") == 1
+    outcomes.report(
+        claimed, outcome, ours=outcomes.write(connection, claimed, outcome), worker="zombie"
+    )
+    assert (
+        value(
+            wm,
+            "pgjobs_jobs_finished_total",
+            task=TASK + "atomic_insert",
+            queue="default",
+            outcome="fenced",
+        )
+        == 1
+    )
+    assert (
+        value(wm, "pgjobs_job_duration_seconds_count", task=TASK + "atomic_insert", queue="default")
+        == 1
+    )
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE obs_atomic")
 
@@ -136,8 +177,9 @@ def test_a_timeout_reported_twice_is_counted_once(wm: WorkerMetrics) -> None:
     base = {"task": TASK + "add", "queue": "default", "attempt": 1, "worker": "w"}
     signals.send(signals.job_started, job_id=1, lease=1, **base)
     signals.send(signals.job_timed_out, job_id=1, lease=1, retry_in=0.5, **base)
-    signals.send(signals.job_failed, job_id=1, lease=1, exception=JobTimeout("late"),
-                 retry_in=0.5, **base)
+    signals.send(
+        signals.job_failed, job_id=1, lease=1, exception=JobTimeout("late"), retry_in=0.5, **base
+    )
     signals.send(signals.job_dead, job_id=2, lease=1, exception=JobTimeout("late"), **base)
     fin = {"task": TASK + "add", "queue": "default"}
     assert value(wm, "pgjobs_jobs_finished_total", outcome="timed_out", **fin) == 2
@@ -169,9 +211,13 @@ def test_refresher_reads_queue_gauges_from_the_status_query(wm: WorkerMetrics) -
         # Work finishing empties the gauges on a later refresh; the queue stays, at zero.
         run_jobs(queues=["default"])
         sql.complete_many(connection, [(running.id, running.lease, None)])
-        wait_until(lambda: value(wm, jobs, queue="emails", state="running") == 0
-                   and value(wm, jobs, queue="default", state="due") == 0,
-                   message="the gauges to follow the table")
+        wait_until(
+            lambda: (
+                value(wm, jobs, queue="emails", state="running") == 0
+                and value(wm, jobs, queue="default", state="due") == 0
+            ),
+            message="the gauges to follow the table",
+        )
         assert value(wm, jobs, queue="default", state="pending") == 1  # the scheduled one
         assert value(wm, "pgjobs_queue_lag_seconds", queue="default") == 0
         assert wm.registry.get_sample_value(jobs, {"queue": "emails", "state": "running"}) == 0
@@ -214,8 +260,7 @@ def test_bad_metrics_port_is_a_clear_error_naming_the_option() -> None:
 
 
 @pytest.mark.django_db
-def test_metrics_without_prometheus_client_names_the_extra(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import django_pgjobs
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)

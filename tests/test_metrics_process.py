@@ -72,10 +72,18 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
     send_email.enqueue("a@example.com")
     always_fails.using(max_attempts=2).enqueue("boom")
     flaky_until.enqueue(str(tmp_path / "flaky"), 2)
-    add.using(delay=3600).enqueue(9, 9)            # scheduled: pending, not due
-    add.using(queue="parked").enqueue(0, 0)         # no worker serves it: due, lagging
-    worker = start_worker("--metrics-port", str(port), "--queues", "default,emails",
-                          "--concurrency", "2", "--no-maintenance", env=FAST)
+    add.using(delay=3600).enqueue(9, 9)  # scheduled: pending, not due
+    add.using(queue="parked").enqueue(0, 0)  # no worker serves it: due, lagging
+    worker = start_worker(
+        "--metrics-port",
+        str(port),
+        "--queues",
+        "default,emails",
+        "--concurrency",
+        "2",
+        "--no-maintenance",
+        env=FAST,
+    )
     fin = "pgjobs_jobs_finished_total"
 
     def settled() -> Samples | None:
@@ -83,13 +91,13 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
         if got is None:
             return None
         samples = got[0]
-        if (get(samples, fin, task=T + "add", queue="default", outcome="completed") == 3
-                and get(samples, fin, task=T + "always_fails", queue="default",
-                        outcome="dead") == 1
-                and get(samples, fin, task=T + "flaky_until", queue="default",
-                        outcome="completed") == 1
-                and get(samples, "pgjobs_queue_jobs", queue="default", state="due") == 0
-                and get(samples, "pgjobs_queue_jobs", queue="default", state="running") == 0):
+        if (
+            get(samples, fin, task=T + "add", queue="default", outcome="completed") == 3
+            and get(samples, fin, task=T + "always_fails", queue="default", outcome="dead") == 1
+            and get(samples, fin, task=T + "flaky_until", queue="default", outcome="completed") == 1
+            and get(samples, "pgjobs_queue_jobs", queue="default", state="due") == 0
+            and get(samples, "pgjobs_queue_jobs", queue="default", state="running") == 0
+        ):
             return samples
         return None
 
@@ -119,13 +127,24 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
         (("queue", "default"), ("task", T + "always_fails")): 2,
         (("queue", "default"), ("task", T + "flaky_until")): 2,
     }
-    assert get(samples, "pgjobs_job_duration_seconds_bucket", task=T + "add", queue="default",
-               le="+Inf") == 3
+    assert (
+        get(
+            samples,
+            "pgjobs_job_duration_seconds_bucket",
+            task=T + "add",
+            queue="default",
+            le="+Inf",
+        )
+        == 3
+    )
     # Queue gauges: every queue with live work, from the status query.
     jobs = {k[1]: v for k, v in samples.items() if k[0] == "pgjobs_queue_jobs"}
     expected_jobs = {}
-    for queue, values in {"default": (1, 0, 0, 0), "emails": (0, 0, 0, 0),
-                          "parked": (1, 1, 0, 0)}.items():
+    for queue, values in {
+        "default": (1, 0, 0, 0),
+        "emails": (0, 0, 0, 0),
+        "parked": (1, 1, 0, 0),
+    }.items():
         for state, value in zip(("pending", "due", "running", "stuck"), values, strict=True):
             expected_jobs[(("queue", queue), ("state", state))] = value
     assert jobs == expected_jobs
@@ -137,15 +156,30 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
 
     # A job in flight shows in the gauge (and in the queue's running count).
     sleep_then_mark.enqueue(3, str(tmp_path / "slept"))
-    wait_until(lambda: (s := try_scrape(port)) and get(s[0], "pgjobs_worker_inflight") == 1
-               and get(s[0], "pgjobs_queue_jobs", queue="default", state="running") == 1,
-               timeout=30, message="the sleeping job in flight")
-    done = wait_until(lambda: (s := try_scrape(port)) and get(
-        s[0], fin, task=T + "sleep_then_mark", queue="default", outcome="completed") == 1
-        and s[0], timeout=30, message="the sleeping job to complete")
+    wait_until(
+        lambda: (
+            (s := try_scrape(port))
+            and get(s[0], "pgjobs_worker_inflight") == 1
+            and get(s[0], "pgjobs_queue_jobs", queue="default", state="running") == 1
+        ),
+        timeout=30,
+        message="the sleeping job in flight",
+    )
+    done = wait_until(
+        lambda: (
+            (s := try_scrape(port))
+            and get(s[0], fin, task=T + "sleep_then_mark", queue="default", outcome="completed")
+            == 1
+            and s[0]
+        ),
+        timeout=30,
+        message="the sleeping job to complete",
+    )
     assert get(done, "pgjobs_worker_inflight") == 0
-    assert get(done, "pgjobs_job_duration_seconds_sum", task=T + "sleep_then_mark",
-               queue="default") >= 3
+    assert (
+        get(done, "pgjobs_job_duration_seconds_sum", task=T + "sleep_then_mark", queue="default")
+        >= 3
+    )
     assert get(done, "pgjobs_jobs_claimed_total", queue="default") == 8
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
@@ -154,20 +188,43 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
 def test_timed_out_jobs_are_counted(start_worker: Callable[..., Any]) -> None:
     port = free_port()
     times_out.enqueue(5)
-    worker = start_worker("--metrics-port", str(port), "--concurrency", "1",
-                          "--no-maintenance", env=FAST)
-    samples = wait_until(lambda: (s := try_scrape(port)) and get(
-        s[0], "pgjobs_jobs_finished_total", task=T + "times_out", queue="default",
-        outcome="timed_out") == 1 and s[0], timeout=60, message="the timeout to be counted")
+    worker = start_worker(
+        "--metrics-port", str(port), "--concurrency", "1", "--no-maintenance", env=FAST
+    )
+    samples = wait_until(
+        lambda: (
+            (s := try_scrape(port))
+            and get(
+                s[0],
+                "pgjobs_jobs_finished_total",
+                task=T + "times_out",
+                queue="default",
+                outcome="timed_out",
+            )
+            == 1
+            and s[0]
+        ),
+        timeout=60,
+        message="the timeout to be counted",
+    )
     for outcome in ("retried", "dead", "completed"):
-        assert get(samples, "pgjobs_jobs_finished_total", task=T + "times_out",
-                   queue="default", outcome=outcome) is None, outcome
+        assert (
+            get(
+                samples,
+                "pgjobs_jobs_finished_total",
+                task=T + "times_out",
+                queue="default",
+                outcome=outcome,
+            )
+            is None
+        ), outcome
     worker.signal(signal.SIGTERM)
     worker.wait(30)
 
 
 def test_port_zero_from_the_setting_prints_the_chosen_port(
-        start_worker: Callable[..., Any]) -> None:
+    start_worker: Callable[..., Any],
+) -> None:
     """Several workers on one host: each binds its own port; 0 picks a free one and
     prints it. PGJOBS["METRICS_PORT"] applies when the option is not given."""
     add.enqueue(1, 1)
@@ -175,14 +232,32 @@ def test_port_zero_from_the_setting_prints_the_chosen_port(
     second = start_worker("--no-maintenance", env={**FAST, "PGJOBS_TEST_METRICS_PORT": "0"})
     ports = []
     for worker in (first, second):
-        found = wait_until(lambda w=worker: re.search(
-            r"serving Prometheus metrics at http://0\.0\.0\.0:(\d+)/metrics", w.output()),
-            timeout=30, message="the metrics line")
+        found = wait_until(
+            lambda w=worker: re.search(
+                r"serving Prometheus metrics at http://0\.0\.0\.0:(\d+)/metrics", w.output()
+            ),
+            timeout=30,
+            message="the metrics line",
+        )
         ports.append(int(found.group(1)))
     assert ports[0] != ports[1] and 0 not in ports
-    totals = wait_until(lambda: all(try_scrape(p) for p in ports) and sum(
-        get(scrape(p)[0], "pgjobs_jobs_finished_total", task=T + "add", queue="default",
-            outcome="completed") or 0 for p in ports), message="the job in one worker's counter")
+    totals = wait_until(
+        lambda: (
+            all(try_scrape(p) for p in ports)
+            and sum(
+                get(
+                    scrape(p)[0],
+                    "pgjobs_jobs_finished_total",
+                    task=T + "add",
+                    queue="default",
+                    outcome="completed",
+                )
+                or 0
+                for p in ports
+            )
+        ),
+        message="the job in one worker's counter",
+    )
     assert totals == 1
     # A worker asking for a port already taken exits with a clear error.
     add.enqueue(2, 2)

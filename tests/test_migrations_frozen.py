@@ -31,8 +31,9 @@ def test_migrations_do_not_import_live_code(path: Path) -> None:
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         for name in names:
-            assert not (name.startswith("django_pgjobs") and not name.startswith(
-                "django_pgjobs.migrations")), f"{path.name} imports {name}"
+            assert not (
+                name.startswith("django_pgjobs") and not name.startswith("django_pgjobs.migrations")
+            ), f"{path.name} imports {name}"
 
 
 def test_the_newest_enqueue_function_is_what_the_code_expects() -> None:
@@ -54,8 +55,10 @@ def test_the_installed_function_pins_its_search_path() -> None:
             SELECT n.nspname, p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE p.proname = 'pgjobs_enqueue'""")
         rows = cursor.fetchall()
-        cursor.execute("SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                       " WHERE c.oid = 'django_pgjobs_job'::regclass")
+        cursor.execute(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.oid = 'django_pgjobs_job'::regclass"
+        )
         (table_schema,) = cursor.fetchone()
     assert rows == [(table_schema, ["search_path=pg_catalog, pg_temp"])]
 
@@ -68,7 +71,9 @@ def test_another_search_path_still_writes_the_jobs_table() -> None:
         cursor.execute("SELECT quote_ident(current_schema())")
         (schema,) = cursor.fetchone()
         cursor.execute("CREATE SCHEMA decoy")
-        cursor.execute("CREATE TABLE decoy.django_pgjobs_job (LIKE django_pgjobs_job INCLUDING ALL)")
+        cursor.execute(
+            "CREATE TABLE decoy.django_pgjobs_job (LIKE django_pgjobs_job INCLUDING ALL)"
+        )
         cursor.execute(f"SET LOCAL search_path = decoy, {schema}")
         cursor.execute(f"SELECT {schema}.pgjobs_enqueue('tests.testapp.jobs.noop')")
         (new_id,) = cursor.fetchone()

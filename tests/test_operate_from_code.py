@@ -28,8 +28,18 @@ def status_of(*jobs: Job) -> list[str]:
 
 
 def test_every_queryset_method_is_on_the_manager() -> None:
-    for name in ("pending", "due", "running", "stuck", "dead", "finished", "retry", "cancel",
-                 "retryable", "cancellable"):
+    for name in (
+        "pending",
+        "due",
+        "running",
+        "stuck",
+        "dead",
+        "finished",
+        "retry",
+        "cancel",
+        "retryable",
+        "cancellable",
+    ):
         assert callable(getattr(Job.objects, name)), name
     assert callable(Job.objects.enqueue)
 
@@ -145,20 +155,34 @@ def test_cancel_jobs_needs_a_selector_and_cancels_it(capsys: Any) -> None:
     assert status_of(job, other) == ["cancelled", "pending"]
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["retry_jobs", "--ids", "12,x"], "argument --ids: expected comma-separated job ids, got 'x'"),
-    (["retry_jobs", "--status", "pending"],
-     "argument --status: 'pending' is not a status this command changes; choose from dead, "
-     "cancelled, running"),
-    (["cancel_jobs", "--status", "dead"], "argument --status: 'dead' is not a status"),
-    (["retry_jobs", "--ids", "0"], "argument --ids: job ids are positive 64-bit numbers"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["retry_jobs", "--ids", "12,x"],
+            "argument --ids: expected comma-separated job ids, got 'x'",
+        ),
+        (
+            ["retry_jobs", "--status", "pending"],
+            "argument --status: 'pending' is not a status this command changes; choose from dead, "
+            "cancelled, running",
+        ),
+        (["cancel_jobs", "--status", "dead"], "argument --status: 'dead' is not a status"),
+        (["retry_jobs", "--ids", "0"], "argument --ids: job ids are positive 64-bit numbers"),
+    ],
+)
 def test_bad_arguments_name_the_option_and_write_nothing(argv: list[str], message: str) -> None:
     job = make_job(JobStatus.DEAD)
     before = snapshot(job.pk)
     env = _env()
-    proc = subprocess.run([sys.executable, "-m", "django", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert snapshot(job.pk) == before
@@ -167,16 +191,26 @@ def test_bad_arguments_name_the_option_and_write_nothing(argv: list[str], messag
 def _env() -> dict[str, str]:
     import os
 
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"], "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 # --------------------------------------------------------------------------- jobs_status --check
 
 
 def _status_check(*extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "django", "jobs_status", "--check", *extra],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "django", "jobs_status", "--check", *extra],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_jobs_status_check_exits_0_when_healthy_and_1_on_a_warning() -> None:

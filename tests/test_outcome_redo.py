@@ -35,8 +35,10 @@ def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
     got: dict[str, list[dict[str, Any]]] = {name: [] for name in NAMES}
     receivers: list[Callable[..., None]] = []
     for name in NAMES:
+
         def receiver(name: str = name, **kwargs: Any) -> None:
             got[name].append(kwargs)
+
         receivers.append(receiver)
         getattr(signals, f"job_{name}").connect(receiver, weak=False)
     yield got
@@ -46,28 +48,35 @@ def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
 
 def always_lose(statement: str) -> Callable[..., Any]:
     """Every run of ``statement`` commits, then loses its reply."""
-    def wrapper(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-                context: Any) -> Any:
+
+    def wrapper(
+        execute: Callable[..., Any], sql_text: str, params: Any, many: bool, context: Any
+    ) -> Any:
         result = execute(sql_text, params, many, context)
         if sql_text == statement:
             raise OperationalError("server closed the connection before replying")
         return result
+
     return wrapper
 
 
 def _failed(claimed: sql.Claimed, kind: str = "retry", **extra: Any) -> Outcome:
     exc = ValueError("boom")
-    return Outcome(kind, error=error_entry(claimed.attempt, exc, "w1"), delay=0.0,
-                   exception=exc, extra=extra)
+    return Outcome(
+        kind, error=error_entry(claimed.attempt, exc, "w1"), delay=0.0, exception=exc, extra=extra
+    )
 
 
 def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
-        received: dict[str, list[dict[str, Any]]]) -> None:
+    received: dict[str, list[dict[str, Any]]],
+) -> None:
     job = jobs.always_fails.using(max_attempts=3).enqueue()
     [first] = sql.claim(connection, worker="w1", queues=None, n=1)
     outcome = _failed(first)
-    with connection.execute_wrapper(lose_first_reply(sql.JOB_RETRY)), \
-            pytest.raises(OperationalError):
+    with (
+        connection.execute_wrapper(lose_first_reply(sql.JOB_RETRY)),
+        pytest.raises(OperationalError),
+    ):
         outcomes.write(connection, first, outcome)
     # The write committed: the job is due again and another worker claims it.
     [second] = sql.claim(connection, worker="w2", queues=None, n=1)
@@ -80,40 +89,73 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
     row = Job.objects.get(id=job.id)
     assert row.status == "running" and row.lease == second.lease and len(row.errors) == 1
     # A different write under the old lease is still fenced.
-    assert sql.retry_status(connection, id=job.id, lease=first.lease, delay=0,
-                            error=error_entry(first.attempt, ValueError("x"), "w1")) is None
-    assert not sql.dead(connection, id=job.id, lease=first.lease,
-                        error=error_entry(first.attempt, ValueError("y"), "w1"))
+    assert (
+        sql.retry_status(
+            connection,
+            id=job.id,
+            lease=first.lease,
+            delay=0,
+            error=error_entry(first.attempt, ValueError("x"), "w1"),
+        )
+        is None
+    )
+    assert not sql.dead(
+        connection,
+        id=job.id,
+        lease=first.lease,
+        error=error_entry(first.attempt, ValueError("y"), "w1"),
+    )
 
 
 def test_a_timed_out_write_redone_after_a_lost_reply_is_recognised() -> None:
     job = jobs.noop.using(max_attempts=2).enqueue()
     [claimed] = sql.claim(connection, worker="w1", queues=None, n=1)
     error = error_entry(claimed.attempt, TimeoutError("too slow"), "w1")
-    with connection.execute_wrapper(lose_first_reply(sql.JOB_TIMED_OUT)), \
-            pytest.raises(OperationalError):
-        sql.timed_out(connection, id=claimed.id, lease=claimed.lease, retry=True, delay=60,
-                      error=error)
+    with (
+        connection.execute_wrapper(lose_first_reply(sql.JOB_TIMED_OUT)),
+        pytest.raises(OperationalError),
+    ):
+        sql.timed_out(
+            connection, id=claimed.id, lease=claimed.lease, retry=True, delay=60, error=error
+        )
     row = Job.objects.get(id=job.id)
     assert row.status == "pending" and row.lease == claimed.lease + 1
     # The lease was bumped by our own write: the redo still says what it did.
-    assert sql.timed_out(connection, id=claimed.id, lease=claimed.lease, retry=True,
-                         delay=60, error=error) == "pending"
+    assert (
+        sql.timed_out(
+            connection, id=claimed.id, lease=claimed.lease, retry=True, delay=60, error=error
+        )
+        == "pending"
+    )
     assert len(Job.objects.get(id=job.id).errors) == 1
     # The last attempt with retry=False: dead, and the redo says dead.
     Job.objects.filter(id=job.id).update(run_at=row.created_at)
     [again] = sql.claim(connection, worker="w1", queues=None, n=1)
     last = error_entry(again.attempt, TimeoutError("too slow"), "w1")
     for _ in range(2):
-        assert sql.timed_out(connection, id=again.id, lease=again.lease, retry=True,
-                             delay=0, error=last) == "dead"
+        assert (
+            sql.timed_out(
+                connection, id=again.id, lease=again.lease, retry=True, delay=0, error=last
+            )
+            == "dead"
+        )
     # Someone else's (or another) write under that lease is fenced.
-    assert sql.timed_out(connection, id=again.id, lease=again.lease, retry=True, delay=0,
-                         error=error_entry(again.attempt, TimeoutError("x"), "w1")) is None
+    assert (
+        sql.timed_out(
+            connection,
+            id=again.id,
+            lease=again.lease,
+            retry=True,
+            delay=0,
+            error=error_entry(again.attempt, TimeoutError("x"), "w1"),
+        )
+        is None
+    )
 
 
 def test_run_jobs_redoes_a_completion_whose_reply_was_lost(
-        received: dict[str, list[dict[str, Any]]]) -> None:
+    received: dict[str, list[dict[str, Any]]],
+) -> None:
     job = jobs.add.enqueue(2, 3)
     with connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY)):
         ran = run_jobs()
@@ -124,24 +166,30 @@ def test_run_jobs_redoes_a_completion_whose_reply_was_lost(
 
 
 def test_run_jobs_raises_a_clear_error_when_the_redo_fails_too(
-        received: dict[str, list[dict[str, Any]]]) -> None:
+    received: dict[str, list[dict[str, Any]]],
+) -> None:
     job = jobs.add.enqueue(2, 3)
-    with connection.execute_wrapper(always_lose(sql.JOB_COMPLETE_MANY)), \
-            pytest.raises(PgJobsError, match=rf"completed outcome of job {job.id} .*redo"):
+    with (
+        connection.execute_wrapper(always_lose(sql.JOB_COMPLETE_MANY)),
+        pytest.raises(PgJobsError, match=rf"completed outcome of job {job.id} .*redo"),
+    ):
         run_jobs()
     assert received["succeeded"] == [] and received["fenced"] == []
 
 
 def test_run_jobs_inside_a_transaction_cannot_redo_and_says_so() -> None:
     job = jobs.add.enqueue(2, 3)
-    with pytest.raises(PgJobsError, match=rf"job {job.id} .*inside a transaction"), \
-            transaction.atomic(), \
-            connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY)):
+    with (
+        pytest.raises(PgJobsError, match=rf"job {job.id} .*inside a transaction"),
+        transaction.atomic(),
+        connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY)),
+    ):
         run_jobs()
 
 
 def test_a_retry_the_attempts_guard_dead_letters_is_reported_as_dead(
-        received: dict[str, list[dict[str, Any]]]) -> None:
+    received: dict[str, list[dict[str, Any]]],
+) -> None:
     job = jobs.always_fails.using(max_attempts=3).enqueue()
     [claimed] = sql.claim(connection, worker="w1", queues=None, n=1)
     Job.objects.filter(id=job.id).update(max_attempts=1)  # lowered while it ran
@@ -153,5 +201,9 @@ def test_a_retry_the_attempts_guard_dead_letters_is_reported_as_dead(
     assert received["failed"] == [] and received["fenced"] == []
     assert Job.objects.get(id=job.id).status == "dead"
     # The redo of that write (reply lost) reports dead too.
-    assert sql.retry_status(connection, id=job.id, lease=claimed.lease, delay=0,
-                            error=outcome.error or {}) == "dead"
+    assert (
+        sql.retry_status(
+            connection, id=job.id, lease=claimed.lease, delay=0, error=outcome.error or {}
+        )
+        == "dead"
+    )

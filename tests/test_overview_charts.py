@@ -27,9 +27,18 @@ pytestmark = pytest.mark.django_db
 OVERVIEW = reverse(OVERVIEW_NAME)
 
 
-def insert(status: str, *, queue: str = "default", run_ago: float, started_ago: float | None,
-           finished_ago: float | None, n: int = 1, task: str = "tests.testapp.jobs.add") -> None:
+def insert(
+    status: str,
+    *,
+    queue: str = "default",
+    run_ago: float,
+    started_ago: float | None,
+    finished_ago: float | None,
+    n: int = 1,
+    task: str = "tests.testapp.jobs.add",
+) -> None:
     """``n`` rows; times are seconds before the transaction's now()."""
+
     def ago(seconds: float | None) -> str:
         return "NULL" if seconds is None else f"now() - make_interval(secs => {seconds})"
 
@@ -40,7 +49,9 @@ def insert(status: str, *, queue: str = "default", run_ago: float, started_ago: 
             f" finished_at, heartbeat_at, attempts, lease)"
             f" SELECT %s, %s, %s, {ago(run_ago)}, {ago(run_ago)}, {ago(started_ago)},"
             f" {ago(finished_ago)}, {ago(started_ago)}, {attempts}, {attempts}"
-            f" FROM generate_series(1, %s)", [task, queue, status, n])
+            f" FROM generate_series(1, %s)",
+            [task, queue, status, n],
+        )
 
 
 def db_now() -> Any:
@@ -137,8 +148,13 @@ def test_fragment_is_only_the_live_part(admin_client: Client) -> None:
     html = response.content.decode()
     assert response.status_code == 200
     assert "<html" not in html and "pgjobs-reap" not in html
-    for part in ('id="pgjobs-chart-finished"', 'id="pgjobs-chart-lag"', 'id="pgjobs-queues"',
-                 'id="card-60m"', 'id="pgjobs-workers"'):
+    for part in (
+        'id="pgjobs-chart-finished"',
+        'id="pgjobs-chart-lag"',
+        'id="pgjobs-queues"',
+        'id="card-60m"',
+        'id="pgjobs-workers"',
+    ):
         assert part in html, part
     assert 'data-refresh-seconds="2"' in admin_client.get(OVERVIEW + "?refresh=2").content.decode()
     assert charts.refresh_seconds("0") == 1
@@ -187,7 +203,8 @@ def test_chart_queries_stay_on_the_indexes_at_a_million_rows() -> None:
             " SELECT 'history', 'q' || (g % 20), CASE WHEN g % 50 = 0 THEN 'dead'"
             " ELSE 'completed' END, t, t, t, t, 1, 1"
             " FROM (SELECT g, now() - interval '2 hours' - make_interval(secs => g) AS t"
-            "       FROM generate_series(1, 1000000) g) s")
+            "       FROM generate_series(1, 1000000) g) s"
+        )
         cur.execute(f"ANALYZE {sql.JOB}")
     insert("completed", run_ago=300, started_ago=200, finished_ago=100, n=50)
     insert("running", run_ago=300, started_ago=200, finished_ago=None, n=5)

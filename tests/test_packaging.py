@@ -14,9 +14,14 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 def test_no_page_tells_users_to_pip_install_from_the_index() -> None:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    offenders = [f"{p.relative_to(ROOT)}: {m[0]}" for p in pages if "_build" not in p.parts
-                 for m in re.finditer(r"pip install ['\"]?django-pgjobs(\[[^\]]*\])?(?!\s*@)['\"]?(?=\s|$)",
-                                      p.read_text())]
+    offenders = [
+        f"{p.relative_to(ROOT)}: {m[0]}"
+        for p in pages
+        if "_build" not in p.parts
+        for m in re.finditer(
+            r"pip install ['\"]?django-pgjobs(\[[^\]]*\])?(?!\s*@)['\"]?(?=\s|$)", p.read_text()
+        )
+    ]
     offenders = [o for o in offenders if "changelog" not in o]
     assert offenders == [], "django-pgjobs is not on PyPI: say how to install it instead"
     readme = (ROOT / "README.md").read_text()

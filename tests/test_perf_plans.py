@@ -34,7 +34,8 @@ def _fill(history: int, pending: int, queues: tuple[str, ...] = ("default", "ema
             " 'completed', t, t, t, t, 1, 1"
             " FROM (SELECT g, now() - make_interval(secs => g) AS t"
             "       FROM generate_series(1, %(n)s) g) s",
-            {"q": list(queues), "n": history})
+            {"q": list(queues), "n": history},
+        )
         cur.execute(
             f"INSERT INTO {sql.JOB} (task, queue, priority, run_at)"
             " SELECT 'live', (%(q)s::text[])[1 + g %% cardinality(%(q)s::text[])], g %% 3,"
@@ -42,7 +43,8 @@ def _fill(history: int, pending: int, queues: tuple[str, ...] = ("default", "ema
             # inside this test's transaction.
             " now() - interval '1 second'"
             " FROM generate_series(1, %(n)s) g",
-            {"q": list(queues), "n": pending})
+            {"q": list(queues), "n": pending},
+        )
         cur.execute(f"ANALYZE {sql.JOB}")
 
 
@@ -54,11 +56,15 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("statement", "extra"), [
-    (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "default"}),
-    (sql.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"]}),
-    (sql.JOB_CLAIM_ALL, {}),
-], ids=["one-queue", "queues", "all"])
+@pytest.mark.parametrize(
+    ("statement", "extra"),
+    [
+        (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "default"}),
+        (sql.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"]}),
+        (sql.JOB_CLAIM_ALL, {}),
+    ],
+    ids=["one-queue", "queues", "all"],
+)
 def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra: dict) -> None:
     _fill(HISTORY, 1000)
     plan = _plan(statement, {"worker": "w", "n": 100, **extra})
@@ -89,7 +95,8 @@ def test_no_foreign_key_touches_the_jobs_table() -> None:
         cur.execute(
             "SELECT conname FROM pg_constraint WHERE contype = 'f' AND ("
             f" conrelid = '{sql.JOB}'::regclass OR confrelid = '{sql.JOB}'::regclass"
-            f" OR conrelid = '{sql.RESULT}'::regclass)")
+            f" OR conrelid = '{sql.RESULT}'::regclass)"
+        )
         assert cur.fetchall() == []
 
 
@@ -106,8 +113,7 @@ def test_job_runners_run_every_item_then_stop() -> None:
         runners.submit(i)
     runners.shutdown(wait=True)
     assert sorted(seen) == list(range(1000))
-    assert not any(t.name.startswith("test-runner") and t.is_alive()
-                   for t in threading.enumerate())
+    assert not any(t.name.startswith("test-runner") and t.is_alive() for t in threading.enumerate())
 
 
 def test_job_runners_cancel_pending_drops_queued_items() -> None:

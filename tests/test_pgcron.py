@@ -43,11 +43,14 @@ def cluster() -> Iterator[TempCluster]:
     if reason:
         print(f"SKIP pg_cron tests: {reason}")
         pytest.skip(reason)
-    cluster = TempCluster(name="pgjobs-cron", conf={
-        "shared_preload_libraries": "'pg_cron'",
-        "cron.database_name": "'postgres'",
-        "cron.host": "'127.0.0.1'",
-    }).start()
+    cluster = TempCluster(
+        name="pgjobs-cron",
+        conf={
+            "shared_preload_libraries": "'pg_cron'",
+            "cron.database_name": "'postgres'",
+            "cron.host": "'127.0.0.1'",
+        },
+    ).start()
     try:
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_cron")
@@ -57,14 +60,30 @@ def cluster() -> Iterator[TempCluster]:
         cluster.destroy()
 
 
-def manage(cluster: TempCluster, db: str, *argv: str, cron: dict[str, Any] | None = None,
-           check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": cluster.url(db), "PYTHONPATH": str(ROOT),
-           "DJANGO_SETTINGS_MODULE": "tests.cron_settings",
-           "PGJOBS_TEST_CRON": json.dumps(cron or {})}
+def manage(
+    cluster: TempCluster,
+    db: str,
+    *argv: str,
+    cron: dict[str, Any] | None = None,
+    check: bool = True,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": cluster.url(db),
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.cron_settings",
+        "PGJOBS_TEST_CRON": json.dumps(cron or {}),
+    }
     env.pop("PGJOBS_WORKER_DB_NAME", None)
-    proc = subprocess.run([sys.executable, "-m", "django", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert proc.returncode == 0, f"{argv} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -72,8 +91,10 @@ def manage(cluster: TempCluster, db: str, *argv: str, cron: dict[str, Any] | Non
 
 def entries(cluster: TempCluster) -> dict[str, tuple[Any, ...]]:
     with psycopg.connect(cluster.dsn()) as conn:
-        rows = conn.execute("SELECT jobname, jobid, schedule, command, database, username, "
-                            "active FROM cron.job WHERE jobname LIKE 'pgjobs:%'").fetchall()
+        rows = conn.execute(
+            "SELECT jobname, jobid, schedule, command, database, username, "
+            "active FROM cron.job WHERE jobname LIKE 'pgjobs:%'"
+        ).fetchall()
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
@@ -84,8 +105,12 @@ def query(cluster: TempCluster, db: str, sql: str) -> list[tuple[Any, ...]]:
 
 
 def run_details(cluster: TempCluster) -> str:
-    rows = query(cluster, "postgres", "SELECT j.jobname, d.status, d.return_message FROM "
-                 "cron.job_run_details d JOIN cron.job j USING (jobid) ORDER BY runid")
+    rows = query(
+        cluster,
+        "postgres",
+        "SELECT j.jobname, d.status, d.return_message FROM "
+        "cron.job_run_details d JOIN cron.job j USING (jobid) ORDER BY runid",
+    )
     return "\n".join(map(str, rows)) + "\n" + cluster.server_log()[-3000:]
 
 
@@ -99,8 +124,7 @@ def test_missing_extension_says_how_to_enable_it(db: None) -> None:
 
 
 @pytest.mark.pgcron
-def test_schedules_synced_with_pg_cron_produce_jobs_that_workers_run(
-        cluster: TempCluster) -> None:
+def test_schedules_synced_with_pg_cron_produce_jobs_that_workers_run(cluster: TempCluster) -> None:
     manage(cluster, "app", "migrate", "-v0")
     schedules = {
         "minutely": {"task": ADD, "schedule": "* * * * *", "args": [2, 3]},
@@ -124,46 +148,67 @@ def test_schedules_synced_with_pg_cron_produce_jobs_that_workers_run(
     del schedules["hourly"]
     schedules["minutely"]["args"] = [20, 30]
     out = manage(cluster, "app", "sync_cron", "--pg-cron", "--maintenance", cron=schedules).stdout
-    assert re.search(r"removed\s+pgjobs:hourly", out) and re.search(r"updated\s+pgjobs:minutely", out)
+    assert re.search(r"removed\s+pgjobs:hourly", out) and re.search(
+        r"updated\s+pgjobs:minutely", out
+    )
     after = entries(cluster)
     assert set(after) == {"pgjobs:minutely", "pgjobs:_reap", "pgjobs:_prune"}
     assert after["pgjobs:minutely"][0] == installed["pgjobs:minutely"][0]  # same jobid
     assert "[20, 30]" in after["pgjobs:minutely"][2]
 
     # Zero workers up: at the next minute pg_cron enqueues, reaps and prunes by itself.
-    query(cluster, "app", """
+    query(
+        cluster,
+        "app",
+        """
         INSERT INTO django_pgjobs_job (task, status, attempts, heartbeat_at, started_at, worker)
         VALUES ('tests.testapp.jobs.noop', 'running', 1, now() - interval '1 hour',
                 now() - interval '1 hour', 'lost-worker');
         INSERT INTO django_pgjobs_job (task, status, finished_at)
         VALUES ('tests.testapp.jobs.noop', 'completed', now() - interval '30 days');
-    """)
+    """,
+    )
 
     def minute_done() -> bool:
-        rows = query(cluster, "app", "SELECT "
-                     "(SELECT count(*) FROM django_pgjobs_job WHERE idempotency_key LIKE "
-                     "'cron:minutely:%'), "
-                     "(SELECT count(*) FROM django_pgjobs_job WHERE status = 'running'), "
-                     "(SELECT count(*) FROM django_pgjobs_job WHERE status = 'completed')")
+        rows = query(
+            cluster,
+            "app",
+            "SELECT "
+            "(SELECT count(*) FROM django_pgjobs_job WHERE idempotency_key LIKE "
+            "'cron:minutely:%'), "
+            "(SELECT count(*) FROM django_pgjobs_job WHERE status = 'running'), "
+            "(SELECT count(*) FROM django_pgjobs_job WHERE status = 'completed')",
+        )
         return rows[0] == (1, 0, 0)
 
     try:
         wait_until(minute_done, timeout=80, interval=0.5, message="pg_cron's minute tick")
     except AssertionError:
         raise AssertionError(run_details(cluster)) from None
-    key, args, status = query(cluster, "app", "SELECT idempotency_key, args::text, status FROM "
-                              "django_pgjobs_job WHERE idempotency_key LIKE 'cron:%'")[0]
+    key, args, status = query(
+        cluster,
+        "app",
+        "SELECT idempotency_key, args::text, status FROM "
+        "django_pgjobs_job WHERE idempotency_key LIKE 'cron:%'",
+    )[0]
     assert re.fullmatch(r"cron:minutely:\d{4}-\d\d-\d\dT\d\d:\d\d:00Z", key), key
     assert (args, status) == ("[20, 30]", "pending")
-    reaped = query(cluster, "app", "SELECT status, last_error FROM django_pgjobs_job "
-                   "WHERE task = 'tests.testapp.jobs.noop'")
+    reaped = query(
+        cluster,
+        "app",
+        "SELECT status, last_error FROM django_pgjobs_job WHERE task = 'tests.testapp.jobs.noop'",
+    )
     assert reaped[0][0] == "pending" and "reclaimed by pg_cron" in reaped[0][1]
 
     # pg_cron only inserted rows; a worker does the work.
     manage(cluster, "app", "runjobs", "--burst", "--no-maintenance", cron=schedules)
-    done = query(cluster, "app", "SELECT j.status, r.value::text FROM django_pgjobs_job j "
-                 "LEFT JOIN django_pgjobs_jobresult r ON r.job_id = j.id "
-                 "WHERE j.idempotency_key LIKE 'cron:minutely:%'")
+    done = query(
+        cluster,
+        "app",
+        "SELECT j.status, r.value::text FROM django_pgjobs_job j "
+        "LEFT JOIN django_pgjobs_jobresult r ON r.job_id = j.id "
+        "WHERE j.idempotency_key LIKE 'cron:minutely:%'",
+    )
     assert done == [("completed", "50")]
 
     out = manage(cluster, "app", "sync_cron", "--pg-cron", "--uninstall").stdout
@@ -172,24 +217,34 @@ def test_schedules_synced_with_pg_cron_produce_jobs_that_workers_run(
 
 @pytest.mark.pgcron
 def test_same_database_uses_cron_schedule_and_refuses_what_pg_cron_cannot_do(
-        cluster: TempCluster) -> None:
+    cluster: TempCluster,
+) -> None:
     manage(cluster, "postgres", "migrate", "-v0")
     ok = {"nightly": {"task": ADD, "schedule": "0 3 * * *", "args": [1, 2]}}
     out = manage(cluster, "postgres", "sync_cron", "--pg-cron", cron=ok).stdout
     assert "in this database" in out and re.search(r"created\s+pgjobs:nightly", out)
     assert entries(cluster)["pgjobs:nightly"][3] == "postgres"
-    dry = manage(cluster, "postgres", "sync_cron", "--pg-cron", "--dry-run",
-                 "--uninstall", cron=ok).stdout
+    dry = manage(
+        cluster, "postgres", "sync_cron", "--pg-cron", "--dry-run", "--uninstall", cron=ok
+    ).stdout
     assert "dry run" in dry and "pgjobs:nightly" in entries(cluster)
 
     for bad, fragment in [
         ({"s": {"task": ADD, "schedule": "*/5 * * * * *", "args": [1, 2]}}, "seconds field"),
-        ({"z": {"task": ADD, "schedule": "0 3 * * *", "args": [1, 2],
-                "timezone": "Europe/Paris"}}, "runs schedules in UTC"),
+        (
+            {
+                "z": {
+                    "task": ADD,
+                    "schedule": "0 3 * * *",
+                    "args": [1, 2],
+                    "timezone": "Europe/Paris",
+                }
+            },
+            "runs schedules in UTC",
+        ),
     ]:
         proc = manage(cluster, "postgres", "sync_cron", "--pg-cron", cron=bad, check=False)
         assert proc.returncode != 0 and fragment in proc.stderr, proc.stderr
         assert set(entries(cluster)) == {"pgjobs:nightly"}  # a refused sync changes nothing
     manage(cluster, "postgres", "sync_cron", "--pg-cron", "--uninstall", cron=ok)
     assert entries(cluster) == {}
-

@@ -46,24 +46,32 @@ def job_row(job: Job) -> Job:
 
 def wait_running_on(job: Job, worker: WorkerProcess, timeout: float = 20) -> Job:
     """Until ``job`` is running on the worker process ``worker``."""
+
     def check() -> Any:
         row = job_row(job)
         return row.status == "running" and row.worker and f":{worker.pid}:" in row.worker
+
     wait_until(check, timeout=timeout, message=f"job {job.id} running on pid {worker.pid}")
     return job_row(job)
 
 
 def wait_status(job: Job, status: str, timeout: float = 20) -> Job:
-    wait_until(lambda: job_row(job).status == status, timeout=timeout,
-               message=f"job {job.id} to be {status}")
+    wait_until(
+        lambda: job_row(job).status == status,
+        timeout=timeout,
+        message=f"job {job.id} to be {status}",
+    )
     return job_row(job)
 
 
 def listening(worker: WorkerProcess) -> bool:
     """The worker registered its row and its LISTEN connection is up."""
-    return WorkerRow.objects.filter(pid=worker.pid).exists() and bool(query(
-        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-        "AND query = 'LISTEN pgjobs'"))
+    return WorkerRow.objects.filter(pid=worker.pid).exists() and bool(
+        query(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query = 'LISTEN pgjobs'"
+        )
+    )
 
 
 # -- crashes --------------------------------------------------------------------------
@@ -84,8 +92,9 @@ def test_sigkill_mid_job_is_completed_by_another_worker(start_worker: Start, run
     assert query(f"SELECT job_id, lease FROM {runs}") == [(job.id, 3)]
 
 
-def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(start_worker: Start,
-                                                                runs: str) -> None:
+def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(
+    start_worker: Start, runs: str
+) -> None:
     query("CREATE TABLE wk_atomic (job_id bigint, lease bigint)")
     try:
         plain = jobs.record_run.using(queue="zombie").enqueue(runs, 1.0)
@@ -102,8 +111,11 @@ def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(start_worker: Star
         assert all(f":{b.pid}:" in s["worker"] and s["lease"] == 3 for s in before.values())
 
         a.signal(signal.SIGCONT)
-        wait_until(lambda: a.output().count("the complete write changed nothing") == 2,
-                   timeout=15, message="both zombie completions to be refused")
+        wait_until(
+            lambda: a.output().count("the complete write changed nothing") == 2,
+            timeout=15,
+            message="both zombie completions to be refused",
+        )
         # The zombie's writes changed nothing...
         assert {j.id: snapshot(j.id) for j in (plain, atomic)} == before
         assert JobResult.objects.get(job_id=atomic.id).value == 3
@@ -121,7 +133,8 @@ def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(start_worker: Star
 
 
 def test_sigterm_finishes_short_jobs_releases_long_ones_and_exits_0(
-        start_worker: Start, runs: str) -> None:
+    start_worker: Start, runs: str
+) -> None:
     short = jobs.record_run.enqueue(runs, 0.5)
     long = jobs.record_run.enqueue(runs, 30.0)
     w = start_worker("--concurrency", "2", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "1.5"})
@@ -147,8 +160,11 @@ def test_second_signal_exits_at_once(start_worker: Start, runs: str) -> None:
     w = start_worker("--concurrency", "1", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "60"})
     wait_running_on(long, w)
     w.signal(signal.SIGTERM)
-    wait_until(lambda: "send it again to exit at once" in w.output(), timeout=5,
-               message="the first signal to be handled")
+    wait_until(
+        lambda: "send it again to exit at once" in w.output(),
+        timeout=5,
+        message="the first signal to be handled",
+    )
     began = time.monotonic()
     w.signal(signal.SIGINT)
     w.wait(timeout=5)
@@ -160,16 +176,21 @@ def test_second_signal_exits_at_once(start_worker: Start, runs: str) -> None:
 # -- throughput and exactly-once draining ----------------------------------------------
 
 
-def test_several_workers_drain_thousands_each_exactly_once(start_worker: Start,
-                                                           tmp_path: Path) -> None:
+def test_several_workers_drain_thousands_each_exactly_once(
+    start_worker: Start, tmp_path: Path
+) -> None:
     marker = tmp_path / "runs.txt"
     marker.touch()
     workers = [start_worker("--concurrency", "4", "--batch", batch) for batch in ("5", "20", "50")]
     wait_until(lambda: WorkerRow.objects.count() == 3, message="3 worker rows")
     total = 3000
     jobs.sleep_then_mark.enqueue_many([(0, str(marker))] * total)
-    wait_until(lambda: Job.objects.filter(status="completed").count() == total, timeout=60,
-               interval=0.2, message="all jobs completed")
+    wait_until(
+        lambda: Job.objects.filter(status="completed").count() == total,
+        timeout=60,
+        interval=0.2,
+        message="all jobs completed",
+    )
     for w in workers:
         w.signal(signal.SIGTERM)
     assert [w.wait(timeout=15) for w in workers] == [0, 0, 0]
@@ -205,12 +226,17 @@ def test_queues_option_filters(start_worker: Start) -> None:
     w = start_worker("--queues", "emails,other", "--burst")
     assert w.wait(timeout=20) == 0, w.output()
     assert [job_row(j).status for j in (email, other, default)] == [
-        "completed", "completed", "pending"]
+        "completed",
+        "completed",
+        "pending",
+    ]
 
 
 def test_priority_order(start_worker: Start, runs: str) -> None:
-    made = {j.id: j for j in (jobs.record_run.using(priority=p).enqueue(runs)
-                              for p in (0, -50, 100, 7, 7))}
+    made = {
+        j.id: j
+        for j in (jobs.record_run.using(priority=p).enqueue(runs) for p in (0, -50, 100, 7, 7))
+    }
     w = start_worker("--burst", "--concurrency", "1", "--batch", "1")
     assert w.wait(timeout=20) == 0, w.output()
     order = [r[0] for r in query(f"SELECT job_id FROM {runs} ORDER BY seq")]
@@ -244,8 +270,10 @@ def test_listen_wakes_an_idle_worker_within_a_second(start_worker: Start) -> Non
 def test_survives_its_connections_being_killed(start_worker: Start) -> None:
     w = start_worker("--poll-interval", "0.3")
     wait_until(lambda: listening(w), message="the worker to listen")
-    killed = query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                   "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    killed = query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
     assert killed
     job = jobs.add.enqueue(1, 2)
     assert wait_status(job, "completed", timeout=15).result == 3

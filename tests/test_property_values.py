@@ -27,9 +27,16 @@ from tests.testapp.jobs import echo_value
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CLEAR_ERRORS = (TypeError, ValueError)
-SETTINGS = settings(max_examples=40, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 def _nest(depth: int, kind: str) -> Any:
@@ -39,30 +46,66 @@ def _nest(depth: int, kind: str) -> Any:
     return value
 
 
-scalars = (st.none() | st.booleans() | st.integers() | st.floats() | st.text()
-           | st.sampled_from([2**63, -(2**64), 10**300, 10**4299, 1e16, 5e-324,
-                              1.7976931348623157e308, "\x00", "\ud800", "esc\x1b[31m\n"]))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text()
+    | st.sampled_from(
+        [
+            2**63,
+            -(2**64),
+            10**300,
+            10**4299,
+            1e16,
+            5e-324,
+            1.7976931348623157e308,
+            "\x00",
+            "\ud800",
+            "esc\x1b[31m\n",
+        ]
+    )
+)
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                               max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=10,
 )
-deep = st.builds(_nest, st.sampled_from([10, 150, 198, 199, 200, 201, 400]),
-                 st.sampled_from(["list", "dict"]))
+deep = st.builds(
+    _nest, st.sampled_from([10, 150, 198, 199, 200, 201, 400]), st.sampled_from(["list", "dict"])
+)
 values = st.one_of(json_values, json_values, deep)
 
 # JSON texts only SQL can send (Python's encoder cannot write them).
-raw_sql_texts = st.sampled_from([
-    "[1e5000]", "[-1e400]", "[1e-400]", "[" + "9" * 5000 + "]", "[1.5e308]",
-    "[" * 199 + "]" * 199, "[" * 202 + "]" * 202, "[" * 1000 + "]" * 1000,
-    '["\\u0000"]', '["a\\u001b[2Jb"]', '[{"": {"": []}}]',
-])
+raw_sql_texts = st.sampled_from(
+    [
+        "[1e5000]",
+        "[-1e400]",
+        "[1e-400]",
+        "[" + "9" * 5000 + "]",
+        "[1.5e308]",
+        "[" * 199 + "]" * 199,
+        "[" * 202 + "]" * 202,
+        "[" * 1000 + "]" * 1000,
+        '["\\u0000"]',
+        '["a\\u001b[2Jb"]',
+        '[{"": {"": []}}]',
+    ]
+)
 
 
 def _run_worker() -> Worker:
-    worker = Worker(install_signal_handlers=False, burst=True, maintenance=False,
-                    listen=False, poll_interval=0.05, concurrency=2)
+    worker = Worker(
+        install_signal_handlers=False,
+        burst=True,
+        maintenance=False,
+        listen=False,
+        poll_interval=0.05,
+        concurrency=2,
+    )
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
     thread.start()
@@ -112,9 +155,11 @@ def test_python_enqueue_to_admin(admin_user: Any, value: Any) -> None:
     _check_outcome(job.id, value, client)
 
 
-@pytest.mark.parametrize("value", [10**5000, [-(10**9000)], {"k": 10**4400},
-                                   _nest(3000, "dict"), _nest(5000, "list")],
-                         ids=["int", "in-list", "in-dict", "deep-dict", "deep-list"])
+@pytest.mark.parametrize(
+    "value",
+    [10**5000, [-(10**9000)], {"k": 10**4400}, _nest(3000, "dict"), _nest(5000, "list")],
+    ids=["int", "in-list", "in-dict", "deep-dict", "deep-list"],
+)
 def test_values_hypothesis_cannot_print(admin_user: Any, value: Any) -> None:
     """Outside Hypothesis, which cannot print ints of more than 4,300 digits or
     values nested thousands deep either."""
@@ -130,8 +175,11 @@ def test_sql_enqueue_to_admin(admin_user: Any, text: str) -> None:
     client.force_login(admin_user)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pgjobs_enqueue('tests.testapp.jobs.echo_value', %s::jsonb, "
-                           "run_at => now())", [text])
+            cursor.execute(
+                "SELECT pgjobs_enqueue('tests.testapp.jobs.echo_value', %s::jsonb, "
+                "run_at => now())",
+                [text],
+            )
             (job_id,) = cursor.fetchone()
     except DatabaseError as exc:
         # Refused by the function (or by jsonb itself: NaN, \u0000): a clear error.

@@ -19,13 +19,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DAY = 86400
 
 
-def make(status: str, n: int, *, age_days: float | None, key_prefix: str | None = None,
-         queue: str = "default") -> None:
+def make(
+    status: str,
+    n: int,
+    *,
+    age_days: float | None,
+    key_prefix: str | None = None,
+    queue: str = "default",
+) -> None:
     """Insert ``n`` rows in ``status`` finished ``age_days`` ago, with a result each."""
     keys = "NULL" if key_prefix is None else f"'{key_prefix}' || g"
     finished = "NULL" if age_days is None else f"now() - make_interval(secs => {age_days * DAY})"
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             WITH ins AS (
                 INSERT INTO django_pgjobs_job (task, queue, status, finished_at, idempotency_key)
                 SELECT 'tests.testapp.jobs.noop', %s, %s, {finished}, {keys}
@@ -34,7 +41,9 @@ def make(status: str, n: int, *, age_days: float | None, key_prefix: str | None 
             )
             INSERT INTO django_pgjobs_jobresult (job_id, idempotency_key, value)
             SELECT id, idempotency_key, '1' FROM ins WHERE status = 'completed'
-        """, [queue, status, n])
+        """,
+            [queue, status, n],
+        )
 
 
 def count(**filters: Any) -> int:
@@ -43,12 +52,12 @@ def count(**filters: Any) -> int:
 
 @pytest.fixture
 def history() -> None:
-    make("completed", 35, age_days=10)                    # old: goes
-    make("completed", 5, age_days=1)                      # young: stays
-    make("dead", 4, age_days=10)                          # dead keeps 30 days: stays
-    make("dead", 3, age_days=40)                          # old dead: goes
-    make("cancelled", 2, age_days=8)                      # goes
-    make("pending", 6, age_days=None)                     # live work: never touched
+    make("completed", 35, age_days=10)  # old: goes
+    make("completed", 5, age_days=1)  # young: stays
+    make("dead", 4, age_days=10)  # dead keeps 30 days: stays
+    make("dead", 3, age_days=40)  # old dead: goes
+    make("cancelled", 2, age_days=8)  # goes
+    make("pending", 6, age_days=None)  # live work: never touched
     make("completed", 3, age_days=10, key_prefix="order:")  # goes, result kept (key protects)
     make("completed", 2, age_days=10, key_prefix="cron:x:")  # goes, cron result goes too
 
@@ -124,12 +133,15 @@ def test_command_older_than_overrides_none_only_when_named(history: None) -> Non
         assert count(status="dead") == 0
 
 
-@pytest.mark.parametrize(("argv", "fragment"), [
-    (["--older-than", "soon"], "expected a duration"),
-    (["--older-than", "0d"], "positive duration"),
-    (["--status", "pending"], "not a finished status"),
-    (["--batch", "0"], "at least 1"),
-])
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--older-than", "soon"], "expected a duration"),
+        (["--older-than", "0d"], "positive duration"),
+        (["--status", "pending"], "not a finished status"),
+        (["--batch", "0"], "at least 1"),
+    ],
+)
 def test_command_rejects_bad_arguments(argv: list[str], fragment: str, history: None) -> None:
     with pytest.raises(CommandError, match=fragment):
         call_command("prune_jobs", *argv)
@@ -137,7 +149,10 @@ def test_command_rejects_bad_arguments(argv: list[str], fragment: str, history: 
 
 
 def test_command_with_nothing_to_prune_says_why() -> None:
-    with override_settings(PGJOBS={"RETENTION": {"completed": None, "dead": None,
-                                                 "cancelled": None}}), \
-            pytest.raises(CommandError, match="RETENTION None"):
+    with (
+        override_settings(
+            PGJOBS={"RETENTION": {"completed": None, "dead": None, "cancelled": None}}
+        ),
+        pytest.raises(CommandError, match="RETENTION None"),
+    ):
         call_command("prune_jobs")

@@ -25,8 +25,14 @@ from tests.rows import make_job, snapshot
 from tests.testapp import jobs
 
 #: An error entry of a reclaim whose attempt the reaper gave back.
-LOST = {"attempt": 1, "type": "django_pgjobs.exceptions.WorkerLost", "message": "worker lost",
-        "traceback": None, "worker": "w", "refunded": True}
+LOST = {
+    "attempt": 1,
+    "type": "django_pgjobs.exceptions.WorkerLost",
+    "message": "worker lost",
+    "traceback": None,
+    "worker": "w",
+    "refunded": True,
+}
 
 
 @pytest.mark.django_db
@@ -62,9 +68,12 @@ def test_run_once_reclaims_stale_jobs_and_leaves_fresh_ones() -> None:
         assert job.last_error.startswith("worker lost: no heartbeat for more than 10s")
     assert snapshot(fresh.id) == fresh_before
     assert len(reaped) == 1 and reaped[0]["worker"] == "reaper-test"
-    assert sorted(reaped[0]["jobs"]) == sorted([
-        (stale.id, "tests.testapp.jobs.add", "pending"),
-        (last_try.id, "tests.testapp.jobs.add", "dead")])
+    assert sorted(reaped[0]["jobs"]) == sorted(
+        [
+            (stale.id, "tests.testapp.jobs.add", "pending"),
+            (last_try.id, "tests.testapp.jobs.add", "dead"),
+        ]
+    )
 
 
 @pytest.mark.django_db
@@ -72,7 +81,8 @@ def test_run_once_works_through_every_batch() -> None:
     made = [make_job("running", heartbeat_age=30, queue=f"b{i}") for i in range(11)]
     assert Reaper(stale_after=10, batch=3).run_once() == {"reaped": 11, "pending": 11}
     assert set(Job.objects.filter(id__in=[j.id for j in made]).values_list("status", "lease")) == {
-        ("pending", 2)}
+        ("pending", 2)
+    }
 
 
 @pytest.mark.django_db
@@ -82,7 +92,8 @@ def test_reaper_forgets_workers_not_seen_for_stale_after() -> None:
             cursor.execute(
                 "INSERT INTO django_pgjobs_worker (id, host, pid, queues, concurrency, started_at,"
                 " last_seen) VALUES (%s, 'h', 1, '[]', 1, now(), now() - make_interval(secs => %s))",
-                [wid, age])
+                [wid, age],
+            )
     Reaper(stale_after=10).run_once()
     assert list(WorkerRow.objects.values_list("id", flat=True)) == ["alive"]
 
@@ -91,10 +102,16 @@ def _reaper_thread(seen: list[int], errors: list[BaseException], start: threadin
     try:
         with psycopg.connect(dsn(), autocommit=True) as conn:
             start.wait()
-            while rows := conn.execute(sql.JOB_REAP_STALE, {
-                "stale_after": 10, "batch": 7, "message": "worker lost", "type": "WorkerLost",
-                "keep": 20,
-            }).fetchall():
+            while rows := conn.execute(
+                sql.JOB_REAP_STALE,
+                {
+                    "stale_after": 10,
+                    "batch": 7,
+                    "message": "worker lost",
+                    "type": "WorkerLost",
+                    "keep": 20,
+                },
+            ).fetchall():
                 seen.extend(r[0] for r in rows)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
         errors.append(exc)
@@ -104,13 +121,16 @@ def _reaper_thread(seen: list[int], errors: list[BaseException], start: threadin
 def test_many_reapers_never_double_reclaim_or_deadlock() -> None:
     jobs.add.enqueue_many([(i, i) for i in range(600)])
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {sql.JOB} SET status = 'running', attempts = 1, lease = 1, "
-                       "started_at = now(), heartbeat_at = now() - interval '1 minute'")
+        cursor.execute(
+            f"UPDATE {sql.JOB} SET status = 'running', attempts = 1, lease = 1, "
+            "started_at = now(), heartbeat_at = now() - interval '1 minute'"
+        )
     seen: list[int] = []
     errors: list[BaseException] = []
     start = threading.Barrier(6)
-    threads = [threading.Thread(target=_reaper_thread, args=(seen, errors, start))
-               for _ in range(6)]
+    threads = [
+        threading.Thread(target=_reaper_thread, args=(seen, errors, start)) for _ in range(6)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -149,10 +169,19 @@ def test_reap_jobs_rejects_bad_stale_after(bad: str) -> None:
 @pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_reap_jobs_loop_keeps_reaping_until_interrupted() -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
-           "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"]}
-    proc = subprocess.Popen([sys.executable, "-m", "django", "reap_jobs", "--loop"], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(ROOT),
+        "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "django", "reap_jobs", "--loop"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         first = make_job("running", heartbeat_age=60)
         wait_until(lambda: Job.objects.get(id=first.id).status == "pending", message="1st reap")

@@ -32,10 +32,12 @@ def runs() -> Iterator[str]:
 
 
 def test_a_process_killing_job_costs_its_neighbours_nothing(
-        start_worker: Callable[..., WorkerProcess], runs: str) -> None:
+    start_worker: Callable[..., WorkerProcess], runs: str
+) -> None:
     # One attempt each: under the old rule the first crash dead-lettered all four.
-    innocents = [jobs.record_run.using(queue="fair", max_attempts=1).enqueue(runs, 1.5)
-                 for _ in range(3)]
+    innocents = [
+        jobs.record_run.using(queue="fair", max_attempts=1).enqueue(runs, 1.5) for _ in range(3)
+    ]
     crasher = jobs.kills_its_process.using(queue="fair").enqueue(0.3)
 
     first = start_worker("--queues", "fair", "--concurrency", "4")
@@ -45,8 +47,11 @@ def test_a_process_killing_job_costs_its_neighbours_nothing(
 
     # One job at a time from here, innocents first (the crasher has priority -10).
     second = start_worker("--queues", "fair", "--concurrency", "1")
-    wait_until(lambda: all(Job.objects.get(id=j.id).status == "completed" for j in innocents),
-               timeout=60, message="the innocent jobs to complete")
+    wait_until(
+        lambda: all(Job.objects.get(id=j.id).status == "completed" for j in innocents),
+        timeout=60,
+        message="the innocent jobs to complete",
+    )
     assert second.wait(timeout=60) == 3, second.output()  # the crasher struck again
     for job in innocents:
         row = Job.objects.get(id=job.id)
@@ -54,12 +59,16 @@ def test_a_process_killing_job_costs_its_neighbours_nothing(
         [lost] = row.errors
         assert lost["type"] == "django_pgjobs.exceptions.WorkerLost" and lost["refunded"] is True
     assert sorted(r[0] for r in query(f"SELECT job_id FROM {runs}")) == sorted(
-        j.id for j in innocents)  # each ran to the end exactly once
+        j.id for j in innocents
+    )  # each ran to the end exactly once
 
     # Its attempt was given back once (max_attempts = 1): the next loss dead-letters it.
     third = start_worker("--queues", "fair", "--concurrency", "1")
-    wait_until(lambda: Job.objects.get(id=crasher.id).status == "dead", timeout=60,
-               message="the crasher to be dead-lettered")
+    wait_until(
+        lambda: Job.objects.get(id=crasher.id).status == "dead",
+        timeout=60,
+        message="the crasher to be dead-lettered",
+    )
     row = Job.objects.get(id=crasher.id)
     assert [e["refunded"] for e in row.errors] == [True, False]
     assert "lost too often" in (row.last_error or "")

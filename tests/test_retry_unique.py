@@ -43,7 +43,7 @@ def status_of(*jobs: Job) -> list[str]:
 
 def test_retry_skips_a_job_whose_key_is_held_and_retries_the_rest() -> None:
     old = finished_keyed(JobStatus.DEAD)
-    holder = flow_jobs.refresh_account.enqueue(1)   # the key is free again: a new job
+    holder = flow_jobs.refresh_account.enqueue(1)  # the key is free again: a new job
     gone = finished_keyed(JobStatus.CANCELLED, account=2)
     plain = make_job(JobStatus.DEAD)
     selection = Job.objects.filter(id__in=[old.id, gone.id, plain.id])
@@ -65,8 +65,12 @@ def test_two_jobs_of_one_key_in_one_retry_only_the_first_takes_it() -> None:
 
 
 def test_a_cancelled_pending_mode_job_is_skipped_while_its_key_is_pending() -> None:
-    cancelled = make_job(JobStatus.CANCELLED, task="tests.flow_jobs.rebuild_index",
-                         args=["users"], queue="flow-unique")
+    cancelled = make_job(
+        JobStatus.CANCELLED,
+        task="tests.flow_jobs.rebuild_index",
+        args=["users"],
+        queue="flow-unique",
+    )
     assert cancelled.unique_key is not None
     holder = flow_jobs.rebuild_index.enqueue("users")
     assert Job.objects.filter(id=cancelled.id).retry() == 0
@@ -75,8 +79,9 @@ def test_a_cancelled_pending_mode_job_is_skipped_while_its_key_is_pending() -> N
 
 def test_a_stuck_running_keyed_job_is_retried_it_holds_its_own_key() -> None:
     old = finished_keyed()
-    stuck = make_job(JobStatus.RUNNING, task="tests.flow_jobs.refresh_account", args=[1],
-                     heartbeat_age=3600)
+    stuck = make_job(
+        JobStatus.RUNNING, task="tests.flow_jobs.refresh_account", args=[1], heartbeat_age=3600
+    )
     assert stuck.id != old.id
     result = Job.objects.filter(id__in=[stuck.id, old.id]).retry_detailed()
     assert result.changed == {stuck.id} and result.held == {old.id: stuck.id}
@@ -91,8 +96,10 @@ def test_admin_retry_names_the_job_skipped_for_its_key(admin_client: Client) -> 
 
     assert response.status_code == 200
     [message] = messages_of(response)
-    assert message == (f"Retried 1 job; skipped 1 whose unique key is held by another pending "
-                       f"or running job (#{old.id} (held by #{holder.id})).")
+    assert message == (
+        f"Retried 1 job; skipped 1 whose unique key is held by another pending "
+        f"or running job (#{old.id} (held by #{holder.id}))."
+    )
     assert status_of(old, plain) == ["dead", "pending"]
 
 
@@ -104,7 +111,8 @@ def test_retry_jobs_command_reports_the_skipped_job(capsys: Any) -> None:
     assert capsys.readouterr().out == (
         "Retried 1 job.\n"
         f"Skipped 1 job whose unique key is held by another pending or running job: "
-        f"#{old.id} (held by #{holder.id}).\n")
+        f"#{old.id} (held by #{holder.id}).\n"
+    )
     assert status_of(old, plain, holder) == ["dead", "pending", "pending"]
 
 
@@ -113,8 +121,10 @@ def test_retry_jobs_command_reports_the_skipped_job(capsys: Any) -> None:
 
 def _waiting_on_a_lock() -> bool:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND datname = current_database()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        )
         return bool(cursor.fetchone()[0])
 
 
@@ -159,8 +169,7 @@ def _race(first: Callable[[], Any], *, commit: bool, second_ids: list[int]) -> s
 @pytest.mark.parametrize("commit", [True, False])
 def test_concurrent_retries_of_one_key_never_both_succeed_nor_fail(commit: bool) -> None:
     a, b = finished_keyed(), finished_keyed()
-    result = _race(lambda: Job.objects.filter(id=a.id).retry(), commit=commit,
-                   second_ids=[b.id])
+    result = _race(lambda: Job.objects.filter(id=a.id).retry(), commit=commit, second_ids=[b.id])
     if commit:
         assert result.changed == set() and result.held == {b.id: a.id}
         assert status_of(a, b) == ["pending", "dead"]
@@ -172,8 +181,9 @@ def test_concurrent_retries_of_one_key_never_both_succeed_nor_fail(commit: bool)
 def test_a_retry_racing_an_enqueue_of_its_key_is_skipped_not_an_error() -> None:
     old = finished_keyed()
     plain = make_job(JobStatus.DEAD)
-    result = _race(lambda: flow_jobs.refresh_account.enqueue(1), commit=True,
-                   second_ids=[old.id, plain.id])
+    result = _race(
+        lambda: flow_jobs.refresh_account.enqueue(1), commit=True, second_ids=[old.id, plain.id]
+    )
     holder = Job.objects.get(unique_key=old.unique_key, status=JobStatus.PENDING)
     assert result.changed == {plain.id} and result.held == {old.id: holder.id}
     assert status_of(old, plain) == ["dead", "pending"]

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.django_db
 
 def _indexes() -> dict[str, str]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname, indexdef FROM pg_indexes "
-                       "WHERE tablename = 'django_pgjobs_job'")
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'django_pgjobs_job'"
+        )
         return dict(cursor.fetchall())
 
 
@@ -43,8 +44,10 @@ def test_autovacuum_parameters_are_set() -> None:
         cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'django_pgjobs_job'")
         (options,) = cursor.fetchone()
     assert set(options) == {
-        "autovacuum_vacuum_scale_factor=0.05", "autovacuum_vacuum_threshold=500",
-        "autovacuum_vacuum_cost_limit=1000", "autovacuum_vacuum_cost_delay=2",
+        "autovacuum_vacuum_scale_factor=0.05",
+        "autovacuum_vacuum_threshold=500",
+        "autovacuum_vacuum_cost_limit=1000",
+        "autovacuum_vacuum_cost_delay=2",
     }
 
 
@@ -73,14 +76,17 @@ def test_claim_plan_uses_the_partial_index() -> None:
         assert "Seq Scan on django_pgjobs_job" not in plan, plan
 
 
-@pytest.mark.parametrize(("columns", "values"), [
-    ("task, priority", "'x', 101"),
-    ("task, status", "'x', 'exploded'"),
-    ("task, status", "'x', 'completed'"),  # terminal without finished_at
-    ("task, finished_at", "'x', now()"),  # pending with finished_at
-    ("task, attempts, max_attempts", "'x', 4, 3"),
-    ("task, max_attempts", "'x', 0"),
-])
+@pytest.mark.parametrize(
+    ("columns", "values"),
+    [
+        ("task, priority", "'x', 101"),
+        ("task, status", "'x', 'exploded'"),
+        ("task, status", "'x', 'completed'"),  # terminal without finished_at
+        ("task, finished_at", "'x', now()"),  # pending with finished_at
+        ("task, attempts, max_attempts", "'x', 4, 3"),
+        ("task, max_attempts", "'x', 0"),
+    ],
+)
 def test_check_constraints_hold_the_invariants(columns: str, values: str) -> None:
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO django_pgjobs_job ({columns}) VALUES ({values})")
@@ -88,7 +94,7 @@ def test_check_constraints_hold_the_invariants(columns: str, values: str) -> Non
 
 def test_state_machine_is_one_definition() -> None:
     assert {s.value for s in JobStatus} == TERMINAL | ACTIVE
-    for (src, dst) in ALLOWED_TRANSITIONS:
+    for src, dst in ALLOWED_TRANSITIONS:
         assert can_move(src, dst)
     assert not can_move(JobStatus.COMPLETED, JobStatus.RUNNING)
     for terminal in TERMINAL:
@@ -101,5 +107,6 @@ def test_migration_applies_backwards_and_forwards() -> None:
     assert "django_pgjobs_job" not in connection.introspection.table_names()
     call_command("migrate", "django_pgjobs", verbosity=0)
     assert {"django_pgjobs_job", "django_pgjobs_jobresult", "django_pgjobs_worker"} <= set(
-        connection.introspection.table_names())
+        connection.introspection.table_names()
+    )
     test_autovacuum_parameters_are_set()

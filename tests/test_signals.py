@@ -19,9 +19,14 @@ from django_pgjobs.worker.executor import execute
 from django_pgjobs.worker.loop import Worker
 from tests.testapp import jobs
 
-ALL = {"job_started": signals.job_started, "job_succeeded": signals.job_succeeded,
-       "job_failed": signals.job_failed, "job_dead": signals.job_dead,
-       "job_fenced": signals.job_fenced, "jobs_reaped": signals.jobs_reaped}
+ALL = {
+    "job_started": signals.job_started,
+    "job_succeeded": signals.job_succeeded,
+    "job_failed": signals.job_failed,
+    "job_dead": signals.job_dead,
+    "job_fenced": signals.job_fenced,
+    "jobs_reaped": signals.jobs_reaped,
+}
 
 
 @pytest.fixture
@@ -29,8 +34,10 @@ def received() -> Iterator[list[tuple[str, dict[str, Any]]]]:
     got: list[tuple[str, dict[str, Any]]] = []
     receivers = {}
     for name, sig in ALL.items():
+
         def receiver(sender: Any, signal: Signal, _name: str = name, **kwargs: Any) -> None:
             got.append((_name, kwargs))
+
         receivers[name] = receiver
         sig.connect(receiver)
     yield got
@@ -61,7 +68,8 @@ def _burst() -> Worker:
 
 @pytest.mark.django_db(transaction=True)
 def test_worker_sends_started_succeeded_failed_and_dead(
-        received: list[tuple[str, dict[str, Any]]]) -> None:
+    received: list[tuple[str, dict[str, Any]]],
+) -> None:
     ok = jobs.add.enqueue(1, 2)
     failing = jobs.always_fails.enqueue("once")
     dead = jobs.always_fails.using(max_attempts=1).enqueue("final")
@@ -84,8 +92,8 @@ def test_worker_sends_started_succeeded_failed_and_dead(
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", ["completed", "retry", "dead"])
 def test_fenced_write_sends_job_fenced_and_changes_nothing(
-        kind: str, received: list[tuple[str, dict[str, Any]]],
-        caplog: pytest.LogCaptureFixture) -> None:
+    kind: str, received: list[tuple[str, dict[str, Any]]], caplog: pytest.LogCaptureFixture
+) -> None:
     task = {"completed": jobs.add, "retry": jobs.always_fails, "dead": jobs.discard_me}[kind]
     job = task.enqueue(1, 2) if kind == "completed" else task.enqueue()
     Job.objects.filter(id=job.id).update(run_at=job.run_at.replace(year=2000))
@@ -103,15 +111,24 @@ def test_fenced_write_sends_job_fenced_and_changes_nothing(
     assert (job.status, job.lease, job.errors, job.finished_at) == before
     assert [n for n, _ in received] == ["job_fenced"]
     write = {"completed": "complete", "retry": "retry", "dead": "dead"}[kind]
-    assert received[0][1] == {"job_id": job.id, "task": job.task, "queue": job.queue,
-                              "lease": 1, "worker": "zombie", "write": write}
-    assert any(f"the {write} write changed nothing" in r.getMessage() and
-               r.levelno == logging.WARNING for r in caplog.records)
+    assert received[0][1] == {
+        "job_id": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "lease": 1,
+        "worker": "zombie",
+        "write": write,
+    }
+    assert any(
+        f"the {write} write changed nothing" in r.getMessage() and r.levelno == logging.WARNING
+        for r in caplog.records
+    )
 
 
 @pytest.mark.django_db(transaction=True)
-def test_raising_receivers_cannot_change_outcomes(raising: None,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_raising_receivers_cannot_change_outcomes(
+    raising: None, caplog: pytest.LogCaptureFixture
+) -> None:
     ok = jobs.add.enqueue(1, 2)
     retried = jobs.always_fails.using(max_attempts=2).enqueue()
     dead = jobs.discard_me.enqueue()

@@ -66,8 +66,18 @@ def test_plain_table_output(jobs: None, capsys: Any) -> None:
     call_command("jobs_status")
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
-    assert header == ["queue", "pending", "due", "running", "stuck", "lag", "workers",
-                      "cancelled/1h", "completed/1h", "dead/1h"]
+    assert header == [
+        "queue",
+        "pending",
+        "due",
+        "running",
+        "stuck",
+        "lag",
+        "workers",
+        "cancelled/1h",
+        "completed/1h",
+        "dead/1h",
+    ]
     row_a = next(line.split() for line in out.splitlines() if line.startswith("a "))
     assert row_a[:4] == ["a", "4", "3", "0"] and row_a[6:] == ["2", "0", "4", "0"]
     assert "autovacuum_vacuum_scale_factor=0.05" in out
@@ -91,13 +101,15 @@ def test_empty_database(capsys: Any) -> None:
 def test_warns_when_dead_tuples_dominate_or_parameters_are_missing() -> None:
     base = status.collect()
     table = base.tables[0]
-    bloated = replace(table, live_tuples=1000, dead_tuples=9000, dead_share=0.9,
-                      storage_parameters={})
+    bloated = replace(
+        table, live_tuples=1000, dead_tuples=9000, dead_share=0.9, storage_parameters={}
+    )
     texts = " ".join(status.warnings(replace(base, tables=[bloated, base.tables[1]])))
     assert "dead tuples dominate django_pgjobs_job: 9000 dead vs 1000 live" in texts
     assert "lacks the autovacuum storage parameters" in texts
-    healthy = replace(table, live_tuples=9000, dead_tuples=1000, dead_share=0.1,
-                      autovacuum_enabled=True)
+    healthy = replace(
+        table, live_tuples=9000, dead_tuples=1000, dead_share=0.1, autovacuum_enabled=True
+    )
     assert status.warnings(replace(base, tables=[healthy, base.tables[1]])) == []
 
 

@@ -26,12 +26,17 @@ def test_runs_due_jobs_in_claim_order_and_returns_what_ran() -> None:
     ran = run_jobs()
     assert ran == [
         RanJob(high.id, "tests.testapp.jobs.add", "completed", 4),
-        RanJob(email.id, "tests.testapp.jobs.send_email", "completed",
-               {"to": "a@b.c", "subject": "hi"}),
+        RanJob(
+            email.id, "tests.testapp.jobs.send_email", "completed", {"to": "a@b.c", "subject": "hi"}
+        ),
         RanJob(low.id, "tests.testapp.jobs.add", "completed", 2),
     ]  # across queues by priority: 9 (default), 5 (emails), -1 (default)
     assert {j.id: j.status for j in Job.objects.all()} == {
-        high.id: "completed", low.id: "completed", email.id: "completed", later.id: "pending"}
+        high.id: "completed",
+        low.id: "completed",
+        email.id: "completed",
+        later.id: "pending",
+    }
     assert run_jobs() == []
 
 
@@ -82,7 +87,8 @@ def test_unknown_task_and_atomic_jobs(caplog: pytest.LogCaptureFixture) -> None:
         ran = {r.id: r for r in run_jobs()}
     assert [r.getMessage() for r in caplog.records if "unregistered" in r.getMessage()] == [
         "run_jobs left due jobs of unregistered task(s) pending: 'gone.away' (import their "
-        "module in the test, or list it in PGJOBS['JOB_MODULES'])"]
+        "module in the test, or list it in PGJOBS['JOB_MODULES'])"
+    ]
     assert unknown.id not in ran, "an unknown task is left for a worker that knows it"
     assert snapshot(unknown.id) == before, "not even claimed and given back"
     assert ran[atomic.id] == RanJob(atomic.id, "tests.testapp.jobs.atomic_insert", "completed", 1)
@@ -104,8 +110,7 @@ def test_a_paused_queue_is_not_drained_until_resumed() -> None:
 
 def test_max_running_and_rate_hold_as_for_a_worker() -> None:
     Queue.objects.create(name="emails", max_running=1)
-    busy = make_job("running", task="tests.testapp.jobs.send_email", args=["x@b.c"],
-                    queue="emails")
+    busy = make_job("running", task="tests.testapp.jobs.send_email", args=["x@b.c"], queue="emails")
     waiting = jobs.send_email.enqueue("a@b.c")
     assert run_jobs(queues=["emails"]) == [], "the queue's one slot is taken"
     Job.objects.filter(id=busy.id).update(status="cancelled", finished_at=busy.started_at)

@@ -69,8 +69,9 @@ def _request_then_enqueue(marker: str) -> Job:
         return traced_fails_once.enqueue(marker)
 
 
-def _check_trace(request: dict[str, Any], send: dict[str, Any],
-                 process: list[dict[str, Any]], job: Job) -> None:
+def _check_trace(
+    request: dict[str, Any], send: dict[str, Any], process: list[dict[str, Any]], job: Job
+) -> None:
     assert send["parent_id"] == request["span_id"], "the enqueue runs inside the request span"
     assert send["kind"] == "PRODUCER" and send["trace_id"] == request["trace_id"]
     assert send["attributes"]["messaging.destination.name"] == "traced"
@@ -103,15 +104,18 @@ def _check_trace(request: dict[str, Any], send: dict[str, Any],
 
 @pytest.mark.django_db(transaction=True)  # now() moves on, so the retry comes due
 def test_run_jobs_span_is_the_enqueues_child_in_the_requests_trace(
-        spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
     job = _request_then_enqueue(str(tmp_path / "runs"))
     stored = _stored_context(job)
     assert stored is not None and set(stored) >= {"traceparent"}
     assert job.trace_context == stored
     statuses: list[str] = []
     # The first attempt fails; the retry runs once its backoff (<= 0.2 s) has passed.
-    wait_until(lambda: statuses.extend(r.status for r in run_jobs()) or "completed" in statuses,
-               message="the retry to come due and run")
+    wait_until(
+        lambda: statuses.extend(r.status for r in run_jobs()) or "completed" in statuses,
+        message="the retry to come due and run",
+    )
     assert statuses == ["pending", "completed"]
     job.refresh_from_db()
     assert job.status == "completed" and job.attempts == 2
@@ -127,12 +131,18 @@ def test_run_jobs_span_is_the_enqueues_child_in_the_requests_trace(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.process
 def test_worker_process_span_is_the_enqueues_child_in_the_requests_trace(
-        spans: InMemorySpanExporter, tmp_path: Path,
-        start_worker: Callable[..., Any]) -> None:
+    spans: InMemorySpanExporter, tmp_path: Path, start_worker: Callable[..., Any]
+) -> None:
     exported = tmp_path / "worker-spans.jsonl"
     job = _request_then_enqueue(str(tmp_path / "runs"))
-    worker = start_worker("--queues", "traced", "--concurrency", "1", "--no-maintenance",
-                          env={"PGJOBS_TEST_OTEL_FILE": str(exported)})
+    worker = start_worker(
+        "--queues",
+        "traced",
+        "--concurrency",
+        "1",
+        "--no-maintenance",
+        env={"PGJOBS_TEST_OTEL_FILE": str(exported)},
+    )
 
     def worker_spans() -> list[dict[str, Any]]:
         if not exported.exists():
@@ -140,11 +150,16 @@ def test_worker_process_span_is_the_enqueues_child_in_the_requests_trace(
         lines = [json.loads(line) for line in exported.read_text().splitlines() if line]
         return [s for s in lines if s["name"] == f"{TASK} process"]
 
-    process = wait_until(lambda: len(worker_spans()) == 2 and worker_spans(), timeout=60,
-                         message="two process spans from the worker")
+    process = wait_until(
+        lambda: len(worker_spans()) == 2 and worker_spans(),
+        timeout=60,
+        message="two process spans from the worker",
+    )
     # The span ends when the handler returns; the outcome is written just after.
-    wait_until(lambda: Job.objects.get(id=job.id).status == "completed",
-               message="the job to complete: " + worker.output())
+    wait_until(
+        lambda: Job.objects.get(id=job.id).status == "completed",
+        message="the job to complete: " + worker.output(),
+    )
     got = records(spans)
     [request] = [s for s in got if s["name"] == "POST /orders"]
     [send] = [s for s in got if s["name"] == f"{TASK} send"]
@@ -175,8 +190,11 @@ def test_every_enqueue_path_stores_the_context(spans: InMemorySpanExporter) -> N
     assert [s["attributes"].get("messaging.batch.message_count") for s in sends] == [None, None, 2]
     # Each job's span in run_jobs has its own enqueue's send span as parent.
     run_jobs()
-    parents = {s["attributes"]["messaging.message.id"]: s["parent_id"]
-               for s in records(spans) if s["name"].endswith(" process")}
+    parents = {
+        s["attributes"]["messaging.message.id"]: s["parent_id"]
+        for s in records(spans)
+        if s["name"].endswith(" process")
+    }
     assert parents[str(one.id)] == sends[0]["span_id"]
     assert parents[str(by_name.id)] == sends[1]["span_id"]
     assert {parents[str(j.id)] for j in many} == {sends[2]["span_id"]}

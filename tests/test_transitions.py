@@ -41,21 +41,47 @@ def _claim(job: Job) -> Any:
 
 OPS = [
     Op("claim", _claim, {JobStatus.PENDING: JobStatus.RUNNING}),
-    Op("complete", lambda j: sql.complete_many(connection, [(j.id, j.lease, {"v": 1})]),
-       {JobStatus.RUNNING: JobStatus.COMPLETED}),
-    Op("retry", lambda j: sql.retry(connection, id=j.id, lease=j.lease, delay=60, error=ERROR),
-       {JobStatus.RUNNING: JobStatus.PENDING}),
-    Op("dead", lambda j: sql.dead(connection, id=j.id, lease=j.lease, error=ERROR),
-       {JobStatus.RUNNING: JobStatus.DEAD}),
-    Op("release", lambda j: sql.release(connection, id=j.id, lease=j.lease),
-       {JobStatus.RUNNING: JobStatus.PENDING}),
-    Op("reap", lambda j: sql.reap(connection, stale_after=60),
-       {JobStatus.RUNNING: JobStatus.PENDING}, needs_stale=True),
-    Op("cancel", lambda j: sql.cancel(connection, [j.id]),
-       {JobStatus.PENDING: JobStatus.CANCELLED, JobStatus.RUNNING: JobStatus.CANCELLED}),
-    Op("retry_now", lambda j: sql.retry_now(connection, [j.id], stale_after=60),
-       {JobStatus.DEAD: JobStatus.PENDING, JobStatus.CANCELLED: JobStatus.PENDING,
-        JobStatus.RUNNING: JobStatus.PENDING}, needs_stale=True),
+    Op(
+        "complete",
+        lambda j: sql.complete_many(connection, [(j.id, j.lease, {"v": 1})]),
+        {JobStatus.RUNNING: JobStatus.COMPLETED},
+    ),
+    Op(
+        "retry",
+        lambda j: sql.retry(connection, id=j.id, lease=j.lease, delay=60, error=ERROR),
+        {JobStatus.RUNNING: JobStatus.PENDING},
+    ),
+    Op(
+        "dead",
+        lambda j: sql.dead(connection, id=j.id, lease=j.lease, error=ERROR),
+        {JobStatus.RUNNING: JobStatus.DEAD},
+    ),
+    Op(
+        "release",
+        lambda j: sql.release(connection, id=j.id, lease=j.lease),
+        {JobStatus.RUNNING: JobStatus.PENDING},
+    ),
+    Op(
+        "reap",
+        lambda j: sql.reap(connection, stale_after=60),
+        {JobStatus.RUNNING: JobStatus.PENDING},
+        needs_stale=True,
+    ),
+    Op(
+        "cancel",
+        lambda j: sql.cancel(connection, [j.id]),
+        {JobStatus.PENDING: JobStatus.CANCELLED, JobStatus.RUNNING: JobStatus.CANCELLED},
+    ),
+    Op(
+        "retry_now",
+        lambda j: sql.retry_now(connection, [j.id], stale_after=60),
+        {
+            JobStatus.DEAD: JobStatus.PENDING,
+            JobStatus.CANCELLED: JobStatus.PENDING,
+            JobStatus.RUNNING: JobStatus.PENDING,
+        },
+        needs_stale=True,
+    ),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}
 ALL_STATUSES = [s.value for s in JobStatus]
@@ -75,8 +101,7 @@ def test_every_allowed_transition_has_an_operation() -> None:
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
 @pytest.mark.parametrize("status", ALL_STATUSES)
 def test_operation_from_every_status(op: Op, status: str) -> None:
-    job = make_job(status, queue=_queue(op, status),
-                   heartbeat_age=STALE if op.needs_stale else 0.0)
+    job = make_job(status, queue=_queue(op, status), heartbeat_age=STALE if op.needs_stale else 0.0)
     before = snapshot(job.id)
     op.apply(job)
     after = snapshot(job.id)
@@ -106,7 +131,9 @@ def _check_move(name: str, before: dict[str, Any], after: dict[str, Any]) -> Non
         assert after["last_error"] == "builtins.ValueError: boom"
         assert after["finished_at"] is None
     elif name == "dead":
-        assert after["finished_at"] is not None and after["errors"][-1]["type"].endswith("ValueError")
+        assert after["finished_at"] is not None and after["errors"][-1]["type"].endswith(
+            "ValueError"
+        )
     elif name == "release":
         assert after["attempts"] == before["attempts"] - 1, "a released attempt is not counted"
         assert after["lease"] == before["lease"] and after["errors"] == before["errors"]
@@ -154,8 +181,9 @@ def test_claim_skips_future_run_at() -> None:
 STALE_WRITES: dict[str, Callable[[Job, int], Any]] = {
     "heartbeat": lambda j, lease: sql.heartbeat(connection, [(j.id, lease)]) == {j.id},
     "complete": lambda j, lease: sql.complete_many(connection, [(j.id, lease, 1)]) == set(),
-    "retry": lambda j, lease: sql.retry(connection, id=j.id, lease=lease, delay=0,
-                                        error=ERROR) is False,
+    "retry": lambda j, lease: (
+        sql.retry(connection, id=j.id, lease=lease, delay=0, error=ERROR) is False
+    ),
     "dead": lambda j, lease: sql.dead(connection, id=j.id, lease=lease, error=ERROR) is False,
     "release": lambda j, lease: sql.release(connection, id=j.id, lease=lease) is False,
 }

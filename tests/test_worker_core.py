@@ -28,12 +28,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
-    got: dict[str, list[dict[str, Any]]] = {"succeeded": [], "fenced": [], "failed": [],
-                                              "dead": []}
+    got: dict[str, list[dict[str, Any]]] = {"succeeded": [], "fenced": [], "failed": [], "dead": []}
     receivers: list[Callable[..., None]] = []
     for name in got:
+
         def receiver(name: str = name, **kwargs: Any) -> None:
             got[name].append(kwargs)
+
         receivers.append(receiver)
         getattr(signals, f"job_{name}").connect(receiver, weak=False)
     yield got
@@ -46,8 +47,9 @@ def lose_first_reply(*statements: str) -> Callable[..., Any]:
     then the client gets a connection error instead of the reply."""
     seen: set[str] = set()
 
-    def wrapper(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-                context: Any) -> Any:
+    def wrapper(
+        execute: Callable[..., Any], sql_text: str, params: Any, many: bool, context: Any
+    ) -> Any:
         result = execute(sql_text, params, many, context)
         for statement in statements:
             if sql_text == statement and statement not in seen:
@@ -59,7 +61,8 @@ def lose_first_reply(*statements: str) -> Callable[..., Any]:
 
 
 def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once(
-        received: dict[str, list[dict[str, Any]]]) -> None:
+    received: dict[str, list[dict[str, Any]]],
+) -> None:
     ids = [jobs.add.enqueue(i, i).id for i in range(3)]
     failing = jobs.always_fails.enqueue().id
     claimed = sql.claim(connection, worker="w", queues=None, n=10)
@@ -70,8 +73,12 @@ def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once
         entry = InFlight(c, make_context(c, "w"), state="done")
         worker.inflight[c.id] = entry
         if c.id == failing:
-            outcome = Outcome("retry", error=error_entry(c.attempt, ValueError("boom"), "w"),
-                              delay=0.0, exception=ValueError("boom"))
+            outcome = Outcome(
+                "retry",
+                error=error_entry(c.attempt, ValueError("boom"), "w"),
+                delay=0.0,
+                exception=ValueError("boom"),
+            )
         else:
             outcome = Outcome("completed", value=c.args[0] * 2)
         batch.append((entry, outcome))
@@ -88,8 +95,7 @@ def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once
 
 def test_outcome_writes_recognise_their_own_committed_write() -> None:
     a, b = jobs.noop.enqueue().id, jobs.noop.enqueue().id
-    first, second = sorted(sql.claim(connection, worker="w", queues=None, n=2),
-                           key=lambda c: c.id)
+    first, second = sorted(sql.claim(connection, worker="w", queues=None, n=2), key=lambda c: c.id)
     items = [(first.id, first.lease, None)]
     assert sql.complete_many(connection, items) == {a}
     assert sql.complete_many(connection, items) == {a}  # again: still ours, not fenced
@@ -104,8 +110,9 @@ def test_outcome_writes_recognise_their_own_committed_write() -> None:
 def test_retry_never_leaves_a_row_pending_with_its_attempts_used_up() -> None:
     job = jobs.noop.using(max_attempts=1).enqueue()
     [c] = sql.claim(connection, worker="w", queues=None, n=1)
-    assert sql.retry(connection, id=job.id, lease=c.lease, delay=0,
-                     error=error_entry(1, ValueError("x"), "w"))
+    assert sql.retry(
+        connection, id=job.id, lease=c.lease, delay=0, error=error_entry(1, ValueError("x"), "w")
+    )
     job.refresh_from_db()
     assert job.status == "dead" and job.attempts == 1
 
@@ -114,8 +121,9 @@ def test_hot_cursor_honours_execute_wrappers() -> None:
     jobs.noop.enqueue()
     seen: list[str] = []
 
-    def spy(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-            context: Any) -> Any:
+    def spy(
+        execute: Callable[..., Any], sql_text: str, params: Any, many: bool, context: Any
+    ) -> Any:
         seen.append(sql_text)
         return execute(sql_text, params, many, context)
 
@@ -133,8 +141,9 @@ def _prepared_names() -> set[str]:
 
 
 @pytest.mark.parametrize("setting, expect", [("auto", True), (True, True), (False, False)])
-def test_hot_statements_are_prepared_unless_told_not_to(settings: Any, setting: Any,
-                                                        expect: bool) -> None:
+def test_hot_statements_are_prepared_unless_told_not_to(
+    settings: Any, setting: Any, expect: bool
+) -> None:
     settings.PGJOBS = {**settings.PGJOBS, "PREPARE": setting}
     connection.close()  # a fresh connection decides afresh
     jobs.noop.enqueue()

@@ -65,8 +65,11 @@ def status_of(job: Job) -> str:
 
 
 def wait_status(job: Job, *statuses: str, timeout: float = 15) -> Job:
-    wait_until(lambda: status_of(job) in statuses, timeout=timeout,
-               message=f"job {job.id} to reach {statuses}")
+    wait_until(
+        lambda: status_of(job) in statuses,
+        timeout=timeout,
+        message=f"job {job.id} to reach {statuses}",
+    )
     return job
 
 
@@ -90,8 +93,9 @@ def test_retries_with_backoff_until_success(tmp_path: Path) -> None:
         wait_status(job, "completed")
     assert job.attempts == 3 and job.result == 3
     assert [e["attempt"] for e in job.errors] == [1, 2]
-    assert all(e["type"] == "builtins.RuntimeError" and "Traceback" in e["traceback"]
-               for e in job.errors)
+    assert all(
+        e["type"] == "builtins.RuntimeError" and "Traceback" in e["traceback"] for e in job.errors
+    )
 
 
 def test_dead_letter_when_attempts_run_out() -> None:
@@ -166,7 +170,11 @@ def test_takes_context_gets_its_job_context() -> None:
     job = jobs.whoami.using(idempotency_key="ctx-1").enqueue()
     run_burst()
     assert job.__class__.objects.get(id=job.id).result == {
-        "job_id": job.id, "attempt": 1, "lease": 1, "key": "ctx-1"}
+        "job_id": job.id,
+        "attempt": 1,
+        "lease": 1,
+        "key": "ctx-1",
+    }
 
 
 def test_no_transaction_is_open_while_a_job_runs() -> None:
@@ -207,8 +215,11 @@ def test_atomic_job_cancelled_mid_run_rolls_back_its_writes() -> None:
         with running():
             wait_status(job, "running")
             assert sql.cancel(connection, [job.id]) == {job.id}
-            wait_until(lambda: any(f["job_id"] == job.id for f in fenced), timeout=10,
-                       message="the fenced signal")
+            wait_until(
+                lambda: any(f["job_id"] == job.id for f in fenced),
+                timeout=10,
+                message="the fenced signal",
+            )
         job.refresh_from_db()
         assert job.status == "cancelled" and job.lease == 2
         with connection.cursor() as cursor:
@@ -241,10 +252,16 @@ def test_heartbeat_refreshes_running_jobs_and_worker_row() -> None:
         wait_status(job, "running")
         first_beat = job.heartbeat_at
         row = WorkerRow.objects.get(id=worker.id)
-        wait_until(lambda: Job.objects.get(id=job.id).heartbeat_at > first_beat, timeout=3,
-                   message="a heartbeat")
-        wait_until(lambda: WorkerRow.objects.get(id=worker.id).last_seen > row.last_seen,
-                   timeout=3, message="the worker row to refresh")
+        wait_until(
+            lambda: Job.objects.get(id=job.id).heartbeat_at > first_beat,
+            timeout=3,
+            message="a heartbeat",
+        )
+        wait_until(
+            lambda: WorkerRow.objects.get(id=worker.id).last_seen > row.last_seen,
+            timeout=3,
+            message="the worker row to refresh",
+        )
         assert row.pid > 0 and row.queues == ["*"] and row.concurrency == DEFAULT_CONCURRENCY
         wait_status(job, "completed")
     assert not WorkerRow.objects.filter(id=worker.id).exists()
@@ -272,7 +289,8 @@ def test_lost_lease_is_noticed_by_heartbeat_and_fenced(caplog: pytest.LogCapture
         lost = [r for r in caplog.records if "lease 1 lost" in r.getMessage()]
         assert lost and all(r.levelno == logging.WARNING for r in lost)
         assert {(r.job_id, r.task, r.attempt, r.worker) for r in lost} == {  # type: ignore[attr-defined]
-            (job.id, "tests.testapp.jobs.wait_for_cancel", 1, worker.id)}
+            (job.id, "tests.testapp.jobs.wait_for_cancel", 1, worker.id)
+        }
     finally:
         signals.job_fenced.disconnect(on_fenced)
 
@@ -299,7 +317,11 @@ def test_logs_carry_job_id_task_attempt_and_worker(caplog: pytest.LogCaptureFixt
     [record] = [r for r in caplog.records if "dead-lettered" in r.getMessage()]
     assert record.levelno == logging.ERROR and "logged" in record.getMessage()
     assert (record.job_id, record.task, record.attempt, record.worker) == (  # type: ignore[attr-defined]
-        job.id, "tests.testapp.jobs.always_fails", 1, worker.id)
+        job.id,
+        "tests.testapp.jobs.always_fails",
+        1,
+        worker.id,
+    )
 
 
 def test_a_notify_wakes_an_idle_worker_fast() -> None:
@@ -312,6 +334,8 @@ def test_a_notify_wakes_an_idle_worker_fast() -> None:
 
 def _listening() -> bool:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                       " AND query = 'LISTEN pgjobs'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query = 'LISTEN pgjobs'"
+        )
         return bool(cursor.fetchone()[0])

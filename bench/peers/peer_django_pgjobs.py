@@ -71,7 +71,8 @@ class Adapter(benchlib.Adapter):
             "extra_args": EXTRA,
             "conn_max_age": None,
             "database_options": "server_side_binding=True, prepare_threshold=5"
-            if os.environ.get("BENCH_PGJOBS_PREPARE", "0") == "1" else "Django defaults",
+            if os.environ.get("BENCH_PGJOBS_PREPARE", "0") == "1"
+            else "Django defaults",
             "task": "sync def no-op (@job)",
             "driver": f"psycopg {_pkg_version('psycopg')}",
         }
@@ -96,8 +97,14 @@ class Adapter(benchlib.Adapter):
         return {"BENCH_PGJOBS_LISTEN": "1" if LISTEN else "0", "BENCH_PGJOBS_POLL": str(POLL)}
 
     def worker_commands(self) -> list[list[str]]:
-        argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
-                "--verbosity=0"]
+        argv = [
+            sys.executable,
+            "-m",
+            "django",
+            "runjobs",
+            "--settings=dj_pgjobs.settings",
+            "--verbosity=0",
+        ]
         if QUEUES:
             argv.append(f"--queues={QUEUES}")
         if CONCURRENCY:
@@ -112,11 +119,20 @@ class Adapter(benchlib.Adapter):
     def io_plan(self, kind: str) -> benchlib.IoPlan:
         from django_pgjobs.worker import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_CONCURRENCY
 
-        argv = [sys.executable, "-m", "django", "runjobs", "--settings=dj_pgjobs.settings",
-                "--verbosity=0"]
+        argv = [
+            sys.executable,
+            "-m",
+            "django",
+            "runjobs",
+            "--settings=dj_pgjobs.settings",
+            "--verbosity=0",
+        ]
         per_process = DEFAULT_CONCURRENCY if kind == "sync" else DEFAULT_ASYNC_CONCURRENCY
-        basis = ("runjobs --concurrency default (threads)" if kind == "sync"
-                 else "runjobs --async-concurrency default (one event loop)")
+        basis = (
+            "runjobs --concurrency default (threads)"
+            if kind == "sync"
+            else "runjobs --async-concurrency default (one event loop)"
+        )
         # Only for choosing the defaults (bench/sweep.sh), never in the side-by-side run:
         if CONCURRENCY:
             flag = "--concurrency" if kind == "sync" else "--async-concurrency"
@@ -128,9 +144,11 @@ class Adapter(benchlib.Adapter):
             worker_commands=[list(argv) for _ in range(WORKERS)],
             per_process_concurrency=per_process,
             concurrency_basis=basis,
-            settings={"worker": "plain manage.py runjobs (no flags)",
-                      "task": f"@job {'def' if kind == 'sync' else 'async def'} io_{kind}",
-                      "database_options": "Django defaults"},
+            settings={
+                "worker": "plain manage.py runjobs (no flags)",
+                "task": f"@job {'def' if kind == 'sync' else 'async def'} io_{kind}",
+                "database_options": "Django defaults",
+            },
         )
 
     def enqueue_io(self, n: int, kind: str) -> None:

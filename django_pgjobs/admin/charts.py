@@ -16,8 +16,24 @@ from django.utils.safestring import SafeString, mark_safe
 WIDTH, HEIGHT = 560, 170
 LEFT, RIGHT, TOP, BOTTOM = 52, 8, 10, 22
 #: Tops of the lag axis (seconds): round durations.
-LAG_TOPS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600,
-            86400, 2 * 86400, 7 * 86400)
+LAG_TOPS = (
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    3 * 3600,
+    6 * 3600,
+    12 * 3600,
+    86400,
+    2 * 86400,
+    7 * 86400,
+)
 
 #: Colours of the outcomes (the admin's status colours) and of the lag lines.
 OUTCOME_COLOURS = {"completed": "#3c8a3e", "dead": "#ba2121", "cancelled": "#888888"}
@@ -45,8 +61,9 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d".replace(".0 ", " ")
 
 
-def _frame(title: str, desc: str, y_top: str, minutes: Sequence[datetime], body: list[str],
-           chart_id: str) -> SafeString:
+def _frame(
+    title: str, desc: str, y_top: str, minutes: Sequence[datetime], body: list[str], chart_id: str
+) -> SafeString:
     plot_h = HEIGHT - TOP - BOTTOM
     x_end = WIDTH - RIGHT
     axis = [
@@ -57,19 +74,25 @@ def _frame(title: str, desc: str, y_top: str, minutes: Sequence[datetime], body:
         f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end" class="tick">0</text>',
     ]
     if minutes:
-        for label, x in ((f"{minutes[0]:%H:%M}", LEFT),
-                         (f"{minutes[len(minutes) // 2]:%H:%M}", (LEFT + x_end) / 2),
-                         ("now", x_end)):
+        for label, x in (
+            (f"{minutes[0]:%H:%M}", LEFT),
+            (f"{minutes[len(minutes) // 2]:%H:%M}", (LEFT + x_end) / 2),
+            ("now", x_end),
+        ):
             anchor = "start" if x == LEFT else "end" if x == x_end else "middle"
-            axis.append(f'<text x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" '
-                        f'class="tick">{label}</text>')
+            axis.append(
+                f'<text x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" '
+                f'class="tick">{label}</text>'
+            )
     return mark_safe(  # noqa: S308 - built from numbers and escaped text only
         f'<svg id="{chart_id}" class="pgjobs-chart" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-labelledby="{chart_id}-title '
         f'{chart_id}-desc" xmlns="http://www.w3.org/2000/svg">'
         f'<title id="{chart_id}-title">{escape(title)}</title>'
         f'<desc id="{chart_id}-desc">{escape(desc)}</desc>'
-        + "".join(axis) + "".join(body) + "</svg>"
+        + "".join(axis)
+        + "".join(body)
+        + "</svg>"
     )
 
 
@@ -94,17 +117,23 @@ def finished_chart(minutes: Sequence[datetime], finished: dict[str, list[int]]) 
                 continue
             h = plot_h * count / top
             y -= h
-            parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-                         f'fill="{OUTCOME_COLOURS.get(outcome, "#417690")}" '
-                         f'data-outcome="{escape(outcome)}"/>')
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
+                f'fill="{OUTCOME_COLOURS.get(outcome, "#417690")}" '
+                f'data-outcome="{escape(outcome)}"/>'
+            )
         label = ", ".join(f"{o} {finished[o][i]}" for o in finished if finished[o][i])
-        body.append(f'<g class="bar" data-minute="{minute:%H:%M}"><title>{minute:%H:%M}: '
-                    f'{escape(label)}</title>{"".join(parts)}</g>')
+        body.append(
+            f'<g class="bar" data-minute="{minute:%H:%M}"><title>{minute:%H:%M}: '
+            f"{escape(label)}</title>{''.join(parts)}</g>"
+        )
     total = sum(totals)
-    desc = (f"{total} jobs finished in the last {n - 1} minutes; "
-            + ", ".join(f"{o} {sum(c)}" for o, c in finished.items()))
-    return _frame("Jobs finished per minute", desc, f"{top:g}/min", minutes, body,
-                  "pgjobs-chart-finished")
+    desc = f"{total} jobs finished in the last {n - 1} minutes; " + ", ".join(
+        f"{o} {sum(c)}" for o, c in finished.items()
+    )
+    return _frame(
+        "Jobs finished per minute", desc, f"{top:g}/min", minutes, body, "pgjobs-chart-finished"
+    )
 
 
 def lag_chart(minutes: Sequence[datetime], lag: dict[str, list[float]]) -> SafeString:
@@ -117,23 +146,37 @@ def lag_chart(minutes: Sequence[datetime], lag: dict[str, list[float]]) -> SafeS
     body: list[str] = []
     for k, (queue, values) in enumerate(lag.items()):
         colour = LINE_COLOURS[k % len(LINE_COLOURS)]
-        points = " ".join(f"{LEFT + i * step:.1f},{TOP + plot_h - plot_h * v / top:.1f}"
-                          for i, v in enumerate(values))
-        body.append(f'<polyline class="lag" data-queue="{escape(queue)}" fill="none" '
-                    f'stroke="{colour}" stroke-width="1.8" points="{points}">'
-                    f'<title>{escape(queue)}: now {escape(format_seconds(values[-1]))}, '
-                    f'max {escape(format_seconds(max(values)))}</title></polyline>')
-    desc = "; ".join(f"{q}: now {format_seconds(v[-1])}, max {format_seconds(max(v))}"
-                     for q, v in lag.items()) or "no queue lagged"
-    return _frame("Queue lag (oldest due job)", desc, format_seconds(top), minutes, body,
-                  "pgjobs-chart-lag")
+        points = " ".join(
+            f"{LEFT + i * step:.1f},{TOP + plot_h - plot_h * v / top:.1f}"
+            for i, v in enumerate(values)
+        )
+        body.append(
+            f'<polyline class="lag" data-queue="{escape(queue)}" fill="none" '
+            f'stroke="{colour}" stroke-width="1.8" points="{points}">'
+            f"<title>{escape(queue)}: now {escape(format_seconds(values[-1]))}, "
+            f"max {escape(format_seconds(max(values)))}</title></polyline>"
+        )
+    desc = (
+        "; ".join(
+            f"{q}: now {format_seconds(v[-1])}, max {format_seconds(max(v))}"
+            for q, v in lag.items()
+        )
+        or "no queue lagged"
+    )
+    return _frame(
+        "Queue lag (oldest due job)", desc, format_seconds(top), minutes, body, "pgjobs-chart-lag"
+    )
 
 
 def legend(items: Sequence[tuple[str, str, str]]) -> SafeString:
     """``(colour, label, value)`` swatches under a chart."""
-    return mark_safe("".join(  # noqa: S308 - escaped
-        f'<span class="pgjobs-legend-item"><span class="swatch" style="background:{c}"></span>'
-        f'{escape(label)} <strong>{escape(value)}</strong></span>' for c, label, value in items))
+    return mark_safe(
+        "".join(  # noqa: S308 - escaped
+            f'<span class="pgjobs-legend-item"><span class="swatch" style="background:{c}"></span>'
+            f"{escape(label)} <strong>{escape(value)}</strong></span>"
+            for c, label, value in items
+        )
+    )
 
 
 #: Seconds between two in-place refreshes of the overview (``?refresh=N`` overrides,
@@ -158,8 +201,10 @@ def overview_charts(connection: Any, ov: Any) -> dict[str, Any]:
     oldest_due = {q.queue: ov.now - q.lag for q in ov.queues if q.lag is not None and q.due}
     data = activity(connection, now=ov.now, oldest_due=oldest_due)
     totals = data.finished_total
-    lag_items = [(LINE_COLOURS[k % len(LINE_COLOURS)], queue, f"now {format_seconds(values[-1])}")
-                 for k, (queue, values) in enumerate(data.lag.items())]
+    lag_items = [
+        (LINE_COLOURS[k % len(LINE_COLOURS)], queue, f"now {format_seconds(values[-1])}")
+        for k, (queue, values) in enumerate(data.lag.items())
+    ]
     return {
         "activity": data,
         "finished_chart": finished_chart(data.minutes, data.finished),

@@ -108,7 +108,7 @@ def _pretty(value: Any) -> str:
         text = json.dumps(value, indent=2, sort_keys=True, default=str)
     except (ValueError, RecursionError):  # a hostile row: huge ints, absurd nesting
         text = repr(value)[:DETAIL_CHARS]
-    return format_html("<pre class=\"pgjobs-json\">{}</pre>", text)
+    return format_html('<pre class="pgjobs-json">{}</pre>', text)
 
 
 def _pretty_text(head: str | None, size: int | None) -> str:
@@ -124,8 +124,15 @@ def _pretty_text(head: str | None, size: int | None) -> str:
         except (ValueError, RecursionError):
             pass  # stored by psql or an old version: show the text
     more = total - len(head.encode())
-    note = (format_html('<p class="pgjobs-truncated">… truncated: {} bytes in all, the first {} '
-                        'shown.</p>', f"{total:,}", f"{len(head.encode()):,}") if more > 0 else "")
+    note = (
+        format_html(
+            '<p class="pgjobs-truncated">… truncated: {} bytes in all, the first {} shown.</p>',
+            f"{total:,}",
+            f"{len(head.encode()):,}",
+        )
+        if more > 0
+        else ""
+    )
     return format_html('<pre class="pgjobs-json">{}</pre>{}', head, note)
 
 
@@ -133,8 +140,9 @@ def _json_head(column: str) -> tuple[Left, Func]:
     """The first ``DETAIL_CHARS`` characters of a jsonb column, and its size in bytes,
     computed by the database (the value itself is never loaded)."""
     as_text = Cast(column, TextField())
-    return Left(as_text, DETAIL_CHARS), Func(as_text, function="octet_length",
-                                             output_field=BigIntegerField())
+    return Left(as_text, DETAIL_CHARS), Func(
+        as_text, function="octet_length", output_field=BigIntegerField()
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -269,17 +277,26 @@ class JobChangeList(ChangeList):
     ``last_error`` (for its first line), so a page costs the same whatever the
     jobs carry (3 jobs of 50 MB arguments used to take 400 MB to list)."""
 
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None
-                     ) -> QuerySet[Job]:
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
         queryset = super().get_queryset(request, exclude_parameters)
         return queryset.defer(*LIST_DEFERRED).annotate(
-            last_error_head=Left("last_error", LIST_ERROR_CHARS))
+            last_error_head=Left("last_error", LIST_ERROR_CHARS)
+        )
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("id", "task", "queue", "status_badge", "attempts_display", "run_at_short",
-                    "heartbeat_age", "worker", "last_error_line")
+    list_display = (
+        "id",
+        "task",
+        "queue",
+        "status_badge",
+        "attempts_display",
+        "run_at_short",
+        "heartbeat_age",
+        "worker",
+        "last_error_line",
+    )
     list_display_links = ("id",)
     list_filter = (AttentionFilter, "status", QueueFilter, TaskFilter)
     search_fields = ("id", "task", "idempotency_key")
@@ -296,23 +313,53 @@ class JobAdmin(admin.ModelAdmin):
     change_form_template = "admin/django_pgjobs/job/change_form.html"
 
     fieldsets = (
-        (None, {"fields": ("id", "task", "queue", "priority", "status_badge",
-                           "idempotency_key")}),
-        ("Flow control", {"fields": ("concurrency_key", "concurrency_limit", "unique_key"),
-                          "classes": ("collapse",)}),
+        (None, {"fields": ("id", "task", "queue", "priority", "status_badge", "idempotency_key")}),
+        (
+            "Flow control",
+            {
+                "fields": ("concurrency_key", "concurrency_limit", "unique_key"),
+                "classes": ("collapse",),
+            },
+        ),
         ("Arguments", {"fields": ("args_pretty", "kwargs_pretty")}),
         ("Result", {"fields": ("result_pretty",)}),
         ("Errors", {"fields": ("last_error_full", "error_history")}),
-        ("Lease and worker", {"fields": ("attempts_display", "lease", "worker",
-                                         "heartbeat_at", "heartbeat_age")}),
-        ("Timings", {"fields": ("created_at", "run_at", "started_at", "finished_at",
-                                "waited", "ran_for")}),
+        (
+            "Lease and worker",
+            {"fields": ("attempts_display", "lease", "worker", "heartbeat_at", "heartbeat_age")},
+        ),
+        (
+            "Timings",
+            {"fields": ("created_at", "run_at", "started_at", "finished_at", "waited", "ran_for")},
+        ),
     )
-    readonly_fields = ("id", "task", "queue", "priority", "status_badge", "idempotency_key",
-                       "args_pretty", "kwargs_pretty", "result_pretty", "last_error_full",
-                       "error_history", "attempts_display", "lease", "worker", "heartbeat_at",
-                       "heartbeat_age", "created_at", "run_at", "started_at", "finished_at",
-                       "waited", "ran_for", "concurrency_key", "concurrency_limit", "unique_key")
+    readonly_fields = (
+        "id",
+        "task",
+        "queue",
+        "priority",
+        "status_badge",
+        "idempotency_key",
+        "args_pretty",
+        "kwargs_pretty",
+        "result_pretty",
+        "last_error_full",
+        "error_history",
+        "attempts_display",
+        "lease",
+        "worker",
+        "heartbeat_at",
+        "heartbeat_age",
+        "created_at",
+        "run_at",
+        "started_at",
+        "finished_at",
+        "waited",
+        "ran_for",
+        "concurrency_key",
+        "concurrency_limit",
+        "unique_key",
+    )
 
     # -- permissions: view, and run actions with "change"; never add/edit/delete by hand
 
@@ -391,8 +438,9 @@ class JobAdmin(admin.ModelAdmin):
 
     # -- detail fields
 
-    def get_object(self, request: HttpRequest, object_id: str,
-                   from_field: str | None = None) -> Job | None:
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Job | None:
         """The job for the detail page, without its big columns: arguments, result
         and errors come as bounded heads computed by the database (see _json_head)."""
         if from_field is not None:
@@ -406,17 +454,31 @@ class JobAdmin(admin.ModelAdmin):
         args_head, args_bytes = _json_head("args")
         kwargs_head, kwargs_bytes = _json_head("kwargs")
         keep = get_settings().MAX_ERRORS_KEPT
-        return self.get_queryset(request).defer(*LIST_DEFERRED).annotate(
-            args_head=args_head, args_bytes=args_bytes,
-            kwargs_head=kwargs_head, kwargs_bytes=kwargs_bytes,
-            last_error_head=Left("last_error", DETAIL_CHARS),
-            errors_total=RawSQL("jsonb_array_length(CASE WHEN jsonb_typeof(errors) = 'array' "
-                                "THEN errors ELSE '[]'::jsonb END)", [],
-                                output_field=BigIntegerField()),
-            errors_newest=RawSQL(
-                "jsonb_path_query_array(errors, 'lax $[last - $n + 1 to last]', "
-                "jsonb_build_object('n', %s::int))", [keep], output_field=JSONField()),
-        ).filter(pk=pk).first()
+        return (
+            self.get_queryset(request)
+            .defer(*LIST_DEFERRED)
+            .annotate(
+                args_head=args_head,
+                args_bytes=args_bytes,
+                kwargs_head=kwargs_head,
+                kwargs_bytes=kwargs_bytes,
+                last_error_head=Left("last_error", DETAIL_CHARS),
+                errors_total=RawSQL(
+                    "jsonb_array_length(CASE WHEN jsonb_typeof(errors) = 'array' "
+                    "THEN errors ELSE '[]'::jsonb END)",
+                    [],
+                    output_field=BigIntegerField(),
+                ),
+                errors_newest=RawSQL(
+                    "jsonb_path_query_array(errors, 'lax $[last - $n + 1 to last]', "
+                    "jsonb_build_object('n', %s::int))",
+                    [keep],
+                    output_field=JSONField(),
+                ),
+            )
+            .filter(pk=pk)
+            .first()
+        )
 
     @admin.display(description="args")
     def args_pretty(self, obj: Job) -> str:
@@ -433,8 +495,13 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="result")
     def result_pretty(self, obj: Job) -> str:
         head, size = _json_head("value")
-        row = (JobResult.objects.using(_alias()).filter(job_id=obj.id)
-               .annotate(head=head, size=size).values_list("head", "size").first())
+        row = (
+            JobResult.objects.using(_alias())
+            .filter(job_id=obj.id)
+            .annotate(head=head, size=size)
+            .values_list("head", "size")
+            .first()
+        )
         if row is None:
             return "no stored result" if obj.status == JobStatus.COMPLETED else "—"
         return _pretty_text(*row)
@@ -457,18 +524,34 @@ class JobAdmin(admin.ModelAdmin):
         if not errors:
             return "no failed attempts"
         older = total - len(errors)
-        note = format_html('<p class="pgjobs-truncated">{} older entries not shown.</p>',
-                           older) if older > 0 else ""
-        return format_html_join(
-            "", '<div class="pgjobs-error"><p><strong>attempt {}</strong> at {} on {}: '
-            "<code>{}</code>: {}</p><pre>{}</pre></div>",
-            (
-                (_cut(e.get("attempt", "?")), _cut(e.get("at", "?")), _cut(e.get("worker") or "?"),
-                 _cut(e.get("type", "Error")), _cut(e.get("message", "")),
-                 _cut(e.get("traceback") or "(no traceback: recorded by the reaper or an admin)"))
-                for e in reversed(errors) if isinstance(e, dict)
-            ),
-        ) + note
+        note = (
+            format_html('<p class="pgjobs-truncated">{} older entries not shown.</p>', older)
+            if older > 0
+            else ""
+        )
+        return (
+            format_html_join(
+                "",
+                '<div class="pgjobs-error"><p><strong>attempt {}</strong> at {} on {}: '
+                "<code>{}</code>: {}</p><pre>{}</pre></div>",
+                (
+                    (
+                        _cut(e.get("attempt", "?")),
+                        _cut(e.get("at", "?")),
+                        _cut(e.get("worker") or "?"),
+                        _cut(e.get("type", "Error")),
+                        _cut(e.get("message", "")),
+                        _cut(
+                            e.get("traceback")
+                            or "(no traceback: recorded by the reaper or an admin)"
+                        ),
+                    )
+                    for e in reversed(errors)
+                    if isinstance(e, dict)
+                ),
+            )
+            + note
+        )
 
     @admin.display(description="waited in queue")
     def waited(self, obj: Job) -> str:
@@ -485,8 +568,9 @@ class JobAdmin(admin.ModelAdmin):
 
     # -- actions: lease-fenced statements of sql.py, never obj.save()
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet[Any], *args: Any,
-                        **kwargs: Any) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
         """Drop ticked values that cannot be job ids ("²", above 2**63) before Django
         filters on them (which would answer HTTP 500)."""
         raw = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
@@ -510,14 +594,23 @@ class JobAdmin(admin.ModelAdmin):
             return ticked[:ACTION_LIMIT]
         ids = list(queryset.order_by("-id").values_list("id", flat=True)[: ACTION_LIMIT + 1])
         if len(ids) > ACTION_LIMIT:
-            self.message_user(request, f"Only the newest {ACTION_LIMIT:,} matching jobs were "
-                              "processed; run the action again for the rest.", messages.WARNING)
+            self.message_user(
+                request,
+                f"Only the newest {ACTION_LIMIT:,} matching jobs were "
+                "processed; run the action again for the rest.",
+                messages.WARNING,
+            )
             ids = ids[:ACTION_LIMIT]
         return ids
 
-    def _apply(self, request: HttpRequest, queryset: QuerySet[Job], verb: str,
-               statement: Callable[[Any, list[int]], set[int]],
-               held: dict[int, int] | None = None) -> None:
+    def _apply(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        verb: str,
+        statement: Callable[[Any, list[int]], set[int]],
+        held: dict[int, int] | None = None,
+    ) -> None:
         """Run ``statement`` over the selection in chunks and say what it did. ``held``
         (filled by the statement) names jobs skipped because their unique_while key is
         held by another job; every other skipped job had moved on."""
@@ -530,21 +623,29 @@ class JobAdmin(admin.ModelAdmin):
         skipped = [i for i in ids if i not in changed and i not in held]
         text = f"{verb} {len(changed)} job{'s' if len(changed) != 1 else ''}"
         if held:
-            detail = ", ".join(f"#{i} (held by #{held[i]})" for i in sorted(held, reverse=True)[:20])
+            detail = ", ".join(
+                f"#{i} (held by #{held[i]})" for i in sorted(held, reverse=True)[:20]
+            )
             more = f" and {len(held) - 20} more" if len(held) > 20 else ""
-            text += (f"; skipped {len(held)} whose unique key is held by another pending or "
-                     f"running job ({detail}{more})")
+            text += (
+                f"; skipped {len(held)} whose unique key is held by another pending or "
+                f"running job ({detail}{more})"
+            )
         if skipped:
-            moved = Job.objects.using(queryset.db).filter(id__in=skipped[:20]).values_list(
-                "id", "status")
+            moved = (
+                Job.objects.using(queryset.db)
+                .filter(id__in=skipped[:20])
+                .values_list("id", "status")
+            )
             detail = ", ".join(f"#{i} is {s}" for i, s in sorted(moved, reverse=True))
             more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
-            text += (f"; skipped {len(skipped)} whose state had moved on ({detail}{more})")
+            text += f"; skipped {len(skipped)} whose state had moved on ({detail}{more})"
         level = messages.SUCCESS if changed and not skipped and not held else messages.WARNING
         self.message_user(request, text + ".", level)
 
-    @admin.action(description="Retry now (dead, cancelled or stuck → pending)",
-                  permissions=["change"])
+    @admin.action(
+        description="Retry now (dead, cancelled or stuck → pending)", permissions=["change"]
+    )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         stale_after = get_settings().STALE_AFTER
         held: dict[int, int] = {}
@@ -565,10 +666,14 @@ class JobAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         return [
-            path("overview/", self.admin_site.admin_view(self.overview_view),
-                 name="{}_{}_overview".format(*info)),
-            path("reap/", self.admin_site.admin_view(self.reap_view),
-                 name="{}_{}_reap".format(*info)),
+            path(
+                "overview/",
+                self.admin_site.admin_view(self.overview_view),
+                name="{}_{}_overview".format(*info),
+            ),
+            path(
+                "reap/", self.admin_site.admin_view(self.reap_view), name="{}_{}_reap".format(*info)
+            ),
             *super().get_urls(),
         ]
 
@@ -586,14 +691,20 @@ class JobAdmin(admin.ModelAdmin):
             "ov": data,
             "finished_statuses": [s.value for s in finished],
             "queue_rows": [
-                {"q": q, "lag": format_age(q.lag) if q.due else "—",
-                 "finished": [q.finished.get(s, 0) for s in finished]}
+                {
+                    "q": q,
+                    "lag": format_age(q.lag) if q.due else "—",
+                    "finished": [q.finished.get(s, 0) for s in finished],
+                }
                 for q in data.queues
             ],
             "workers": [
-                {"w": w, "age": format_age(w.last_seen_age),
-                 "live": w.is_live(conf.STALE_AFTER),
-                 "up": format_age(data.now - w.started_at)}
+                {
+                    "w": w,
+                    "age": format_age(w.last_seen_age),
+                    "live": w.is_live(conf.STALE_AFTER),
+                    "up": format_age(data.now - w.started_at),
+                }
                 for w in data.workers
             ],
             "health": data.health,
@@ -609,9 +720,11 @@ class JobAdmin(admin.ModelAdmin):
             **charts.overview_charts(connections[_alias()], data),
             "refresh_seconds": charts.refresh_seconds(request.GET.get("refresh")),
         }
-        template = ("admin/django_pgjobs/job/_overview_live.html"
-                    if request.GET.get("fragment") == "live"
-                    else "admin/django_pgjobs/job/overview.html")
+        template = (
+            "admin/django_pgjobs/job/_overview_live.html"
+            if request.GET.get("fragment") == "live"
+            else "admin/django_pgjobs/job/overview.html"
+        )
         return TemplateResponse(request, template, context)
 
     def reap_view(self, request: HttpRequest) -> HttpResponse:
@@ -624,9 +737,11 @@ class JobAdmin(admin.ModelAdmin):
         before = Job.objects.db_manager(_alias()).stuck(conf.STALE_AFTER).count()  # running index
         counts = Reaper(alias=_alias(), stale_after=conf.STALE_AFTER).run_once()
         reaped = counts["reaped"]
-        text = (f"Reaped {reaped} stuck job{'s' if reaped != 1 else ''}: "
-                f"{counts.get(JobStatus.PENDING, 0)} back to pending, "
-                f"{counts.get(JobStatus.DEAD, 0)} dead-lettered (no attempts left)")
+        text = (
+            f"Reaped {reaped} stuck job{'s' if reaped != 1 else ''}: "
+            f"{counts.get(JobStatus.PENDING, 0)} back to pending, "
+            f"{counts.get(JobStatus.DEAD, 0)} dead-lettered (no attempts left)"
+        )
         skipped = max(before - reaped, 0)
         if skipped:
             text += f"; skipped {skipped} that finished, heartbeated or were taken meanwhile"
@@ -639,15 +754,15 @@ class JobAdmin(admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         extra = {
             "table_estimate": overview_queries.estimated_rows(connections[_alias()]),
             "can_change": self.has_change_permission(request),
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra)
-
 
 
 # ---------------------------------------------------------------------------
@@ -659,10 +774,27 @@ class JobAdmin(admin.ModelAdmin):
 class WorkerAdmin(admin.ModelAdmin):
     """Live ``runjobs`` processes; rows are written by the workers themselves."""
 
-    list_display = ("id", "host", "pid", "queues_display", "concurrency", "started_at",
-                    "last_seen", "last_seen_age", "live")
-    readonly_fields = ("id", "host", "pid", "queues", "concurrency", "started_at", "last_seen",
-                       "tasks")
+    list_display = (
+        "id",
+        "host",
+        "pid",
+        "queues_display",
+        "concurrency",
+        "started_at",
+        "last_seen",
+        "last_seen_age",
+        "live",
+    )
+    readonly_fields = (
+        "id",
+        "host",
+        "pid",
+        "queues",
+        "concurrency",
+        "started_at",
+        "last_seen",
+        "tasks",
+    )
     show_facets = admin.ShowFacets.NEVER
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -61,15 +61,19 @@ class QueueAdmin(admin.ModelAdmin):
         super().delete_model(request, obj)
         flow.notify_changed(get_settings().DATABASE)
 
-    @admin.action(description="Pause selected queues (workers stop claiming; running jobs finish)",
-                  permissions=["change"])
+    @admin.action(
+        description="Pause selected queues (workers stop claiming; running jobs finish)",
+        permissions=["change"],
+    )
     def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         names = flow.pause_queue(*queryset.values_list("name", flat=True))
-        self.message_user(request, f"Paused {len(names)} queue(s): {', '.join(names)}.",
-                          messages.SUCCESS)
+        self.message_user(
+            request, f"Paused {len(names)} queue(s): {', '.join(names)}.", messages.SUCCESS
+        )
 
     @admin.action(description="Resume selected queues", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         names = flow.resume_queue(*queryset.values_list("name", flat=True))
-        self.message_user(request, f"Resumed {len(names)} queue(s): {', '.join(names)}.",
-                          messages.SUCCESS)
+        self.message_user(
+            request, f"Resumed {len(names)} queue(s): {', '.join(names)}.", messages.SUCCESS
+        )

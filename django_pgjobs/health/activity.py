@@ -84,8 +84,13 @@ def _minutes(now: datetime, window: timedelta) -> list[datetime]:
     return [current - timedelta(minutes=n - i) for i in range(n + 1)]
 
 
-def activity(connection: BaseDatabaseWrapper, *, now: datetime,
-             oldest_due: dict[str, datetime], window: timedelta = WINDOW) -> Activity:
+def activity(
+    connection: BaseDatabaseWrapper,
+    *,
+    now: datetime,
+    oldest_due: dict[str, datetime],
+    window: timedelta = WINDOW,
+) -> Activity:
     """Two queries. ``now``: the database clock; ``oldest_due``: per queue, the run_at
     of the oldest due pending job (from the status query, already run by the page)."""
     minutes = _minutes(now, window)
@@ -105,13 +110,17 @@ def activity(connection: BaseDatabaseWrapper, *, now: datetime,
     for queue in set(claimed) | set(oldest_due):
         lag[queue] = _lag_line(minutes, now, claimed.get(queue, []), oldest_due.get(queue))
     top = sorted(lag, key=lambda q: (-max(lag[q]), q))[:MAX_LAG_QUEUES]
-    return Activity(now=now, minutes=minutes, finished=finished,
-                    lag={q: lag[q] for q in sorted(top)})
+    return Activity(
+        now=now, minutes=minutes, finished=finished, lag={q: lag[q] for q in sorted(top)}
+    )
 
 
-def _lag_line(minutes: list[datetime], now: datetime,
-              claimed: list[tuple[datetime, datetime]], oldest_due: datetime | None
-              ) -> list[float]:
+def _lag_line(
+    minutes: list[datetime],
+    now: datetime,
+    claimed: list[tuple[datetime, datetime]],
+    oldest_due: datetime | None,
+) -> list[float]:
     """lag(t) for each minute start t (and ``now`` for the last, partial, minute)."""
     claimed = sorted(claimed)
     out: list[float] = []

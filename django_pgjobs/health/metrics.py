@@ -33,7 +33,7 @@ try:
     from prometheus_client.process_collector import ProcessCollector
 except ImportError as exc:  # pragma: no cover - exercised by the install docs, not the suite
     raise ImproperlyConfigured(
-        "Prometheus metrics need prometheus_client: pip install \"django-pgjobs[metrics]\""
+        'Prometheus metrics need prometheus_client: pip install "django-pgjobs[metrics]"'
     ) from exc
 
 from django_pgjobs import signals
@@ -48,8 +48,24 @@ OUTCOMES = ("completed", "retried", "dead", "fenced", "released", "timed_out")
 #: heartbeat is stale: sum only pending and running.
 QUEUE_STATES = ("pending", "due", "running", "stuck")
 #: Histogram buckets (seconds): from no-op jobs to hour-long reports.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 300.0, 900.0, 3600.0)
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
 #: How many finished runs are remembered so a run reported twice (a timeout also
 #: reported as a failure) is counted once.
 REMEMBERED_RUNS = 10_000
@@ -89,11 +105,13 @@ class QueueCollector:
             "pgjobs_queue_jobs",
             "Jobs per queue and state (pending, due, running, stuck), read from the "
             "partial indexes on an interval. due is part of pending, stuck part of running.",
-            labels=["queue", "state"])
+            labels=["queue", "state"],
+        )
         lag = GaugeMetricFamily(
             "pgjobs_queue_lag_seconds",
             "Age of the oldest due pending job per queue (0 when nothing is due).",
-            labels=["queue"])
+            labels=["queue"],
+        )
         for s in samples:
             for state in QUEUE_STATES:
                 jobs.add_metric([s.queue, state], getattr(s, state))
@@ -108,22 +126,35 @@ class WorkerMetrics:
     endpoint. Each instance has its own registry, so tests can make several.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, *,
-                 process_metrics: bool = True) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         self.finished = Counter(
-            "pgjobs_jobs_finished", "Runs of jobs that ended, by task, queue and outcome "
+            "pgjobs_jobs_finished",
+            "Runs of jobs that ended, by task, queue and outcome "
             "(completed, retried, dead, fenced, released, timed_out).",
-            ["task", "queue", "outcome"], registry=self.registry)
-        self.claimed = Counter("pgjobs_jobs_claimed", "Jobs claimed by this worker, by queue.",
-                               ["queue"], registry=self.registry)
+            ["task", "queue", "outcome"],
+            registry=self.registry,
+        )
+        self.claimed = Counter(
+            "pgjobs_jobs_claimed",
+            "Jobs claimed by this worker, by queue.",
+            ["queue"],
+            registry=self.registry,
+        )
         self.duration = Histogram(
             "pgjobs_job_duration_seconds",
             "Seconds from a job's start to its outcome, by task and queue.",
-            ["task", "queue"], buckets=DURATION_BUCKETS, registry=self.registry)
-        self.inflight = Gauge("pgjobs_worker_inflight",
-                              "Jobs this worker has claimed and not yet finished.",
-                              registry=self.registry)
+            ["task", "queue"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.inflight = Gauge(
+            "pgjobs_worker_inflight",
+            "Jobs this worker has claimed and not yet finished.",
+            registry=self.registry,
+        )
         self.inflight.set_function(self._inflight_count)
         self.queues = QueueCollector()
         self.registry.register(self.queues)
@@ -191,8 +222,17 @@ class WorkerMetrics:
             self._inflight.add(job_id)  # testing.run_jobs sends no jobs_claimed
             self._started[(job_id, lease)] = time.monotonic()
 
-    def _finish(self, outcome: str, job_id: int, lease: int, task: str, queue: str | None,
-                *, duration: float | None = None, observe: bool = True) -> None:
+    def _finish(
+        self,
+        outcome: str,
+        job_id: int,
+        lease: int,
+        task: str,
+        queue: str | None,
+        *,
+        duration: float | None = None,
+        observe: bool = True,
+    ) -> None:
         key = (job_id, lease)
         with self._lock:
             if key in self._counted:
@@ -209,31 +249,44 @@ class WorkerMetrics:
         if observe and duration is not None:
             self.duration.labels(task, queue).observe(duration)
 
-    def _on_succeeded(self, *, job_id: int, lease: int, task: str, queue: str | None = None,
-                      **kw: Any) -> None:
+    def _on_succeeded(
+        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
+    ) -> None:
         self._finish("completed", job_id, lease, task, queue, duration=kw.get("duration"))
 
-    def _on_failed(self, *, job_id: int, lease: int, task: str, queue: str | None = None,
-                   **kw: Any) -> None:
+    def _on_failed(
+        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
+    ) -> None:
         outcome = "timed_out" if _is_timeout(kw.get("exception")) else "retried"
         self._finish(outcome, job_id, lease, task, queue, duration=kw.get("duration"))
 
-    def _on_dead(self, *, job_id: int, lease: int, task: str, queue: str | None = None,
-                 **kw: Any) -> None:
+    def _on_dead(
+        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
+    ) -> None:
         outcome = "timed_out" if _is_timeout(kw.get("exception")) else "dead"
         self._finish(outcome, job_id, lease, task, queue, duration=kw.get("duration"))
 
-    def _on_timed_out(self, *, job_id: int, lease: int, task: str, queue: str | None = None,
-                      **kw: Any) -> None:
+    def _on_timed_out(
+        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
+    ) -> None:
         self._finish("timed_out", job_id, lease, task, queue, duration=kw.get("duration"))
 
-    def _on_released(self, *, job_id: int, lease: int, task: str, queue: str | None = None,
-                     **_: Any) -> None:
+    def _on_released(
+        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **_: Any
+    ) -> None:
         # Given back unfinished at shutdown: counted, but not a run's duration.
         self._finish("released", job_id, lease, task, queue, observe=False)
 
-    def _on_fenced(self, *, job_id: int, lease: int, task: str, queue: str | None = None,
-                   write: str = "", **kw: Any) -> None:
+    def _on_fenced(
+        self,
+        *,
+        job_id: int,
+        lease: int,
+        task: str,
+        queue: str | None = None,
+        write: str = "",
+        **kw: Any,
+    ) -> None:
         if write == "heartbeat":
             return  # a notice while the job still runs; its final write is reported later
         self._finish("fenced", job_id, lease, task, queue, duration=kw.get("duration"))
@@ -251,8 +304,13 @@ def _is_timeout(exception: BaseException | None) -> bool:
 _active: WorkerMetrics | None = None
 
 
-def start(port: int, *, queues: Sequence[str] | None = None, alias: str | None = None,
-          interval: float | None = None) -> tuple[WorkerMetrics, int]:
+def start(
+    port: int,
+    *,
+    queues: Sequence[str] | None = None,
+    alias: str | None = None,
+    interval: float | None = None,
+) -> tuple[WorkerMetrics, int]:
     """Connect the receivers, start the queue refresher, serve ``/metrics`` on ``port``.
 
     Returns the metrics and the port actually bound (``port=0`` picks a free one).
@@ -263,8 +321,7 @@ def start(port: int, *, queues: Sequence[str] | None = None, alias: str | None =
     metrics = WorkerMetrics()
     bound = metrics.serve(port)
     metrics.connect()
-    refresher = QueueStatsRefresher(metrics.queues, queues=queues, alias=alias,
-                                    interval=interval)
+    refresher = QueueStatsRefresher(metrics.queues, queues=queues, alias=alias, interval=interval)
     refresher.start()
     metrics.refresher = refresher  # type: ignore[attr-defined]
     _active = metrics

@@ -123,8 +123,9 @@ class Overview:
         return [w for w in self.workers if w.is_live(self.stale_after)]
 
 
-def _rows(connection: BaseDatabaseWrapper, statement: str,
-          params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+def _rows(
+    connection: BaseDatabaseWrapper, statement: str, params: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(statement, params or {})
         return list(cursor.fetchall())
@@ -135,12 +136,16 @@ def queue_rows(connection: BaseDatabaseWrapper, *, stale_after: float) -> dict[s
     return {
         name: QueueRow(name, pending, due, running, stuck, lag)
         for name, pending, due, running, stuck, lag in _rows(
-            connection, sql.STATUS_ACTIVE, {"stale_after": stale_after})
+            connection, sql.STATUS_ACTIVE, {"stale_after": stale_after}
+        )
     }
 
 
 def finished_by_queue(
-    connection: BaseDatabaseWrapper, queues: dict[str, QueueRow], *, window: timedelta,
+    connection: BaseDatabaseWrapper,
+    queues: dict[str, QueueRow],
+    *,
+    window: timedelta,
 ) -> tuple[int, int]:
     """Fill ``finished`` of each queue over ``window``; return completions in 5 and 60 min.
 
@@ -148,7 +153,8 @@ def finished_by_queue(
     """
     completed_5m = completed_60m = 0
     for name, status, in_window, last5, last60 in _rows(
-            connection, sql.STATUS_FINISHED, {"window": window.total_seconds()}):
+        connection, sql.STATUS_FINISHED, {"window": window.total_seconds()}
+    ):
         queues.setdefault(name, QueueRow(name)).finished[status] = in_window
         if status == JobStatus.COMPLETED:
             completed_5m += last5
@@ -170,11 +176,26 @@ def workers(connection: BaseDatabaseWrapper, *, limit: int | None = 200) -> list
     return out
 
 
-def table_health(connection: BaseDatabaseWrapper,
-                 table: str = sql.JOB) -> tuple[datetime, TableHealth]:
+def table_health(
+    connection: BaseDatabaseWrapper, table: str = sql.JOB
+) -> tuple[datetime, TableHealth]:
     """(database now, statistics of ``table``) from the catalog only."""
-    (now, name, reltuples, size, live, dead, last_av, last_v, last_aa, av_count, reloptions,
-     mcv, freqs, autovacuum) = _rows(connection, sql.TABLE_HEALTH, {"table": table})[0]
+    (
+        now,
+        name,
+        reltuples,
+        size,
+        live,
+        dead,
+        last_av,
+        last_v,
+        last_aa,
+        av_count,
+        reloptions,
+        mcv,
+        freqs,
+        autovacuum,
+    ) = _rows(connection, sql.TABLE_HEALTH, {"table": table})[0]
     estimated = round(reltuples) if reltuples >= 0 else None  # -1: never analyzed
     estimates: dict[str, int] = {}
     if mcv and freqs and estimated is not None:
@@ -182,12 +203,18 @@ def table_health(connection: BaseDatabaseWrapper,
         for value, freq in zip(values, freqs, strict=False):
             estimates[value] = round(float(freq) * estimated)
     return now, TableHealth(
-        table=name, live_tuples=live, dead_tuples=dead,
+        table=name,
+        live_tuples=live,
+        dead_tuples=dead,
         dead_share=dead / (live + dead) if live + dead else None,
-        last_autovacuum=last_av, last_vacuum=last_v, last_autoanalyze=last_aa,
+        last_autovacuum=last_av,
+        last_vacuum=last_v,
+        last_autoanalyze=last_aa,
         autovacuum_count=av_count,
         storage_parameters=dict(opt.split("=", 1) for opt in (reloptions or [])),
-        total_bytes=int(size), estimated_rows=estimated, status_estimates=estimates,
+        total_bytes=int(size),
+        estimated_rows=estimated,
+        status_estimates=estimates,
         autovacuum_enabled=bool(autovacuum),
     )
 
@@ -215,8 +242,7 @@ def overview(connection: BaseDatabaseWrapper, *, stale_after: float) -> Overview
     """Everything the overview page shows, in five queries whatever the table size."""
     now, health = table_health(connection)
     queues = queue_rows(connection, stale_after=stale_after)
-    c5, c60 = finished_by_queue(connection, queues,
-                                window=max(RECENT_WINDOW, THROUGHPUT_WINDOW))
+    c5, c60 = finished_by_queue(connection, queues, window=max(RECENT_WINDOW, THROUGHPUT_WINDOW))
     return Overview(
         now=now,
         queues=sorted(queues.values(), key=lambda q: q.queue),

@@ -42,8 +42,9 @@ class HealthFile(threading.Thread):
 
         conf = get_settings()
         connection = connections[self.alias]
-        query = (f"SELECT last_seen > now() - make_interval(secs => %s) FROM {sql.WORKER} "
-                 "WHERE id = %s")
+        query = (
+            f"SELECT last_seen > now() - make_interval(secs => %s) FROM {sql.WORKER} WHERE id = %s"
+        )
         try:
             while not self._stop_event.is_set():
                 try:
@@ -76,18 +77,25 @@ def probe(path: str, max_age: float) -> tuple[bool, str]:
     except FileNotFoundError:
         return False, f"{path} does not exist (worker not started yet, or stopped)"
     if age > max_age:
-        return False, (f"{path} is {age:.0f}s old (limit {max_age:g}s): the worker's "
-                       "heartbeat is not reaching the database")
+        return False, (
+            f"{path} is {age:.0f}s old (limit {max_age:g}s): the worker's "
+            "heartbeat is not reaching the database"
+        )
     return True, f"{path} is {age:.1f}s old"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m django_pgjobs.health",
-        description="Exit 0 while a runjobs --health-file is fresh, 1 otherwise.")
+        description="Exit 0 while a runjobs --health-file is fresh, 1 otherwise.",
+    )
     parser.add_argument("path")
-    parser.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE,
-                        help=f"seconds (default {DEFAULT_MAX_AGE:g})")
+    parser.add_argument(
+        "--max-age",
+        type=float,
+        default=DEFAULT_MAX_AGE,
+        help=f"seconds (default {DEFAULT_MAX_AGE:g})",
+    )
     options = parser.parse_args(argv)
     ok, message = probe(options.path, options.max_age)
     print(("ok: " if ok else "unhealthy: ") + message, file=sys.stdout if ok else sys.stderr)

@@ -44,8 +44,14 @@ class QueueSample:
 class QueueStatsRefresher(threading.Thread):
     """Daemon thread: ``target.update(samples)`` every ``interval`` seconds."""
 
-    def __init__(self, target: Any, *, queues: Sequence[str] | None = None,
-                 alias: str | None = None, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        target: Any,
+        *,
+        queues: Sequence[str] | None = None,
+        alias: str | None = None,
+        interval: float | None = None,
+    ) -> None:
         super().__init__(name="pgjobs-metrics", daemon=True)
         conf = get_settings()
         self.target = target
@@ -78,8 +84,10 @@ class QueueStatsRefresher(threading.Thread):
             logger.warning("metrics: could not read queue stats (keeping the last ones): %s", exc)
             connection.close()
             return False
-        samples = [QueueSample(r.queue, r.pending, r.due, r.running, r.stuck, r.lag_seconds)
-                   for r in rows.values()]
+        samples = [
+            QueueSample(r.queue, r.pending, r.due, r.running, r.stuck, r.lag_seconds)
+            for r in rows.values()
+        ]
         self.target.update(samples, known=self.known)
         self.refreshed.set()
         return True

@@ -37,14 +37,18 @@ def _sqlstate(exc: BaseException) -> str | None:
 
 def is_missing_table(exc: BaseException) -> bool:
     """A ``relation "django_pgjobs_…" does not exist`` error (SQLSTATE 42P01)."""
-    return (isinstance(exc, ProgrammingError) and _sqlstate(exc) == "42P01"
-            and "django_pgjobs" in str(exc))
+    return (
+        isinstance(exc, ProgrammingError)
+        and _sqlstate(exc) == "42P01"
+        and "django_pgjobs" in str(exc)
+    )
 
 
 def missing_table_message(alias: str) -> str:
     name = connections[alias].settings_dict.get("NAME") or "?"
-    return (f"the django-pgjobs tables do not exist in database {name!r} (alias {alias!r}): "
-            f"{MIGRATE}")
+    return (
+        f"the django-pgjobs tables do not exist in database {name!r} (alias {alias!r}): {MIGRATE}"
+    )
 
 
 def explain(exc: BaseException, alias: str) -> str | None:
@@ -54,9 +58,11 @@ def explain(exc: BaseException, alias: str) -> str | None:
     text = str(exc)
     if isinstance(exc, OperationalError) and "does not exist" in text and "database" in text:
         name = connections[alias].settings_dict.get("NAME") or "?"
-        return (f"database {name!r} (alias {alias!r}) does not exist: create it "
-                f"(`createdb {name}`, or point DATABASES/DATABASE_URL at one that exists), "
-                f"then {MIGRATE}")
+        return (
+            f"database {name!r} (alias {alias!r}) does not exist: create it "
+            f"(`createdb {name}`, or point DATABASES/DATABASE_URL at one that exists), "
+            f"then {MIGRATE}"
+        )
     return None
 
 
@@ -89,7 +95,9 @@ def check(alias: str) -> Problem | None:
     if pending:
         return Problem(
             f"database {connection.settings_dict.get('NAME')!r} lacks django-pgjobs "
-            f"migration(s) {', '.join(pending)} that this code needs: {MIGRATE}", fatal=True)
+            f"migration(s) {', '.join(pending)} that this code needs: {MIGRATE}",
+            fatal=True,
+        )
     return None
 
 
@@ -112,8 +120,9 @@ def names_the_fix(what: str) -> Callable[[F], F]:
 
                 alias = kwargs.get("using") or get_settings().DATABASE
                 name = getattr(args[0], "name", "") if args else ""
-                raise ProgrammingError(f"cannot {what} {name}".rstrip() + ": "
-                                       + missing_table_message(alias)) from exc
+                raise ProgrammingError(
+                    f"cannot {what} {name}".rstrip() + ": " + missing_table_message(alias)
+                ) from exc
 
         return wrapper  # type: ignore[return-value]
 

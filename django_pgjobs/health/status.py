@@ -29,8 +29,12 @@ from django_pgjobs.states import TERMINAL
 FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
 
 #: The storage parameters the migration sets (docs/howto/retention-and-health.md says why).
-EXPECTED_AUTOVACUUM = ("autovacuum_vacuum_scale_factor", "autovacuum_vacuum_threshold",
-                       "autovacuum_vacuum_cost_limit", "autovacuum_vacuum_cost_delay")
+EXPECTED_AUTOVACUUM = (
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_cost_limit",
+    "autovacuum_vacuum_cost_delay",
+)
 
 #: Warn when dead tuples are at least this share of all tuples (and more than a handful).
 DEAD_SHARE_WARNING = 0.5
@@ -72,18 +76,33 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
     overview.finished_by_queue(connection, rows, window=timedelta(seconds=window))
     live = [w for w in overview.workers(connection, limit=None) if w.is_live(conf.STALE_AFTER)]
     workers: list[dict[str, Any]] = [
-        {"id": w.id, "host": w.host, "pid": w.pid, "queues": w.queues,
-         "concurrency": w.concurrency, "started_at": w.started_at, "last_seen": w.last_seen}
+        {
+            "id": w.id,
+            "host": w.host,
+            "pid": w.pid,
+            "queues": w.queues,
+            "concurrency": w.concurrency,
+            "started_at": w.started_at,
+            "last_seen": w.last_seen,
+        }
         for w in sorted(live, key=lambda w: w.id)
     ]
-    tables = [overview.table_health(connection, sql.JOB)[1],
-              overview.table_health(connection, sql.RESULT)[1]]
+    tables = [
+        overview.table_health(connection, sql.JOB)[1],
+        overview.table_health(connection, sql.RESULT)[1],
+    ]
     claim_index_bytes = overview.relation_size(connection, "pgjobs_job_claim_idx")
 
     queues = {
-        name: QueueStatus(name, r.pending, r.due, r.running, r.stuck,
-                          lag=None if r.lag is None else r.lag.total_seconds(),
-                          finished={**dict.fromkeys(FINISHED, 0), **r.finished})
+        name: QueueStatus(
+            name,
+            r.pending,
+            r.due,
+            r.running,
+            r.stuck,
+            lag=None if r.lag is None else r.lag.total_seconds(),
+            finished={**dict.fromkeys(FINISHED, 0), **r.finished},
+        )
         for name, r in rows.items()
     }
     for worker in workers:
@@ -91,11 +110,9 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
             if name != "*":
                 queues.setdefault(name, QueueStatus(name))
     for entry in queues.values():
-        entry.workers = sum(1 for w in workers
-                            if "*" in w["queues"] or entry.queue in w["queues"])
+        entry.workers = sum(1 for w in workers if "*" in w["queues"] or entry.queue in w["queues"])
     ordered = sorted(queues.values(), key=lambda e: e.queue)
-    status = Status(ordered, window, workers, _estimates(tables[0]), tables, claim_index_bytes,
-                    [])
+    status = Status(ordered, window, workers, _estimates(tables[0]), tables, claim_index_bytes, [])
     from django_pgjobs.worker.skew import unknown_pending
 
     status.unknown_tasks = unknown_pending(connection, stale_after=conf.STALE_AFTER)
@@ -106,8 +123,12 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
 def warnings(status: Status) -> list[str]:
     out: list[str] = []
     jobs = status.tables[0]
-    if (jobs.dead_share is not None and jobs.dead_tuples is not None
-            and jobs.dead_share >= DEAD_SHARE_WARNING and jobs.dead_tuples >= DEAD_MIN_WARNING):
+    if (
+        jobs.dead_share is not None
+        and jobs.dead_tuples is not None
+        and jobs.dead_share >= DEAD_SHARE_WARNING
+        and jobs.dead_tuples >= DEAD_MIN_WARNING
+    ):
         out.append(
             f"dead tuples dominate {jobs.table}: {jobs.dead_tuples} dead vs {jobs.live_tuples} "
             "live. Autovacuum is not keeping up or is blocked: look for long-running "
@@ -123,20 +144,28 @@ def warnings(status: Status) -> list[str]:
         )
     missing = [p for p in EXPECTED_AUTOVACUUM if p not in jobs.storage_parameters]
     if missing:
-        out.append(f"{jobs.table} lacks the autovacuum storage parameters {', '.join(missing)} "
-                   "that the migration sets; a busy queue will bloat with the server defaults.")
+        out.append(
+            f"{jobs.table} lacks the autovacuum storage parameters {', '.join(missing)} "
+            "that the migration sets; a busy queue will bloat with the server defaults."
+        )
     for entry in status.queues:
         if entry.stuck:
-            out.append(f"queue {entry.queue!r}: {entry.stuck} running job(s) with a stale "
-                       "heartbeat (the reaper reclaims them; is any worker running it?)")
+            out.append(
+                f"queue {entry.queue!r}: {entry.stuck} running job(s) with a stale "
+                "heartbeat (the reaper reclaims them; is any worker running it?)"
+            )
         if entry.due and not entry.workers:
-            out.append(f"queue {entry.queue!r}: {entry.due} job(s) due and no live worker "
-                       "serves this queue")
+            out.append(
+                f"queue {entry.queue!r}: {entry.due} job(s) due and no live worker "
+                "serves this queue"
+            )
     for unknown in status.unknown_tasks:
-        out.append(f"queue {unknown['queue']!r}: {unknown['pending']} pending job(s) of task "
-                   f"{unknown['task']!r}, which no live worker knows (oldest "
-                   f"{_age(unknown['oldest'])}): they wait for a worker that registers it "
-                   "(a rolling deploy), and are dead-lettered after UNKNOWN_TASK_TIMEOUT")
+        out.append(
+            f"queue {unknown['queue']!r}: {unknown['pending']} pending job(s) of task "
+            f"{unknown['task']!r}, which no live worker knows (oldest "
+            f"{_age(unknown['oldest'])}): they wait for a worker that registers it "
+            "(a rolling deploy), and are dead-lettered after UNKNOWN_TASK_TIMEOUT"
+        )
     return out
 
 
@@ -181,31 +210,57 @@ def _when(value: datetime | None, now: datetime) -> str:
 def render(status: Status, now: datetime) -> str:
     """The plain-text table ``jobs_status`` prints."""
     window = _age(status.window).replace(".0", "")
-    headers = ["queue", "pending", "due", "running", "stuck", "lag", "workers",
-               *(f"{s}/{window}" for s in FINISHED)]
-    rows = [[printable(e.queue), str(e.pending), str(e.due), str(e.running), str(e.stuck),
-             _age(e.lag), str(e.workers), *(str(e.finished[s]) for s in FINISHED)]
-            for e in status.queues]
+    headers = [
+        "queue",
+        "pending",
+        "due",
+        "running",
+        "stuck",
+        "lag",
+        "workers",
+        *(f"{s}/{window}" for s in FINISHED),
+    ]
+    rows = [
+        [
+            printable(e.queue),
+            str(e.pending),
+            str(e.due),
+            str(e.running),
+            str(e.stuck),
+            _age(e.lag),
+            str(e.workers),
+            *(str(e.finished[s]) for s in FINISHED),
+        ]
+        for e in status.queues
+    ]
     if not rows:
         rows = [["(no jobs)", *["-"] * (len(headers) - 1)]]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     out = [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows), ""]
     est = status.estimated_totals
     if any(v is not None for v in est.values()):
-        out.append("all-time finished (estimated from planner statistics): "
-                   + ", ".join(f"{s} ~{est[s]}" for s in FINISHED))
+        out.append(
+            "all-time finished (estimated from planner statistics): "
+            + ", ".join(f"{s} ~{est[s]}" for s in FINISHED)
+        )
     else:
         out.append("all-time finished: no estimate yet (table not analyzed)")
-    out.append(f"live workers: {len(status.workers)}"
-               + "".join(f"\n  {printable(str(w['id']))} "
-                         f"queues={printable(','.join(map(str, w['queues'])))} "
-                         f"concurrency={w['concurrency']} seen {_when(w['last_seen'], now)}"
-                         for w in status.workers))
+    out.append(
+        f"live workers: {len(status.workers)}"
+        + "".join(
+            f"\n  {printable(str(w['id']))} "
+            f"queues={printable(','.join(map(str, w['queues'])))} "
+            f"concurrency={w['concurrency']} seen {_when(w['last_seen'], now)}"
+            for w in status.workers
+        )
+    )
     for table in status.tables:
         share = "-" if table.dead_share is None else f"{table.dead_share:.0%}"
         params = ", ".join(f"{k}={v}" for k, v in sorted(table.storage_parameters.items()))

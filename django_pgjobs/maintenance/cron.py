@@ -82,13 +82,15 @@ class ScheduleError(ValueError):
 def normalise_expression(expression: Any, where: str) -> str:
     """Expand aliases and parse once with cronsim; raise ``ScheduleError`` naming ``where``."""
     if not isinstance(expression, str) or not expression.strip():
-        raise ScheduleError(f"{where}: the schedule must be a cron expression string, "
-                            f"got {expression!r}")
+        raise ScheduleError(
+            f"{where}: the schedule must be a cron expression string, got {expression!r}"
+        )
     text = " ".join(expression.split())
     text = ALIASES.get(text.lower(), text)
     if text.startswith("@"):
-        raise ScheduleError(f"{where}: unknown alias {expression!r}; aliases are "
-                            f"{', '.join(sorted(ALIASES))}")
+        raise ScheduleError(
+            f"{where}: unknown alias {expression!r}; aliases are {', '.join(sorted(ALIASES))}"
+        )
     fields = len(text.split())
     if fields not in (5, 6):
         raise ScheduleError(
@@ -108,13 +110,15 @@ def parse_timezone(value: Any, where: str) -> tzinfo:
     if value is None or value in ("UTC", "utc"):
         return UTC
     if not isinstance(value, str):
-        raise ScheduleError(f"{where}: timezone must be an IANA name such as 'Europe/Paris', "
-                            f"got {value!r}")
+        raise ScheduleError(
+            f"{where}: timezone must be an IANA name such as 'Europe/Paris', got {value!r}"
+        )
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"{where}: unknown timezone {value!r} (use an IANA name such as "
-                            "'Europe/Paris')") from None
+        raise ScheduleError(
+            f"{where}: unknown timezone {value!r} (use an IANA name such as 'Europe/Paris')"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -184,16 +188,23 @@ def _from_job(definition: Any) -> Schedule:
         )
     expression = normalise_expression(definition.cron, where)
     try:
-        check_arguments(definition.func, definition.name, [], {},
-                        takes_context=definition.takes_context)
+        check_arguments(
+            definition.func, definition.name, [], {}, takes_context=definition.takes_context
+        )
     except TypeError as exc:
         raise ScheduleError(
             f"{where}: a @job(cron=...) function is called without arguments, but {exc}; "
             "schedule it in PGJOBS['CRON'] with args/kwargs instead"
         ) from None
-    return Schedule(name=definition.name, task=definition.name, expression=expression,
-                    queue=definition.queue, priority=definition.priority,
-                    max_attempts=definition.max_attempts, source="@job(cron=...)")
+    return Schedule(
+        name=definition.name,
+        task=definition.name,
+        expression=expression,
+        queue=definition.queue,
+        priority=definition.priority,
+        max_attempts=definition.max_attempts,
+        source="@job(cron=...)",
+    )
 
 
 def _from_setting(name: Any, entry: Any) -> Schedule:
@@ -204,12 +215,15 @@ def _from_setting(name: Any, entry: Any) -> Schedule:
             "_.:@/- starting with a letter or digit"
         )
     if not isinstance(entry, dict):
-        raise ScheduleError(f"{where} must be a dict with 'task' and 'schedule', "
-                            f"got {type(entry).__name__}")
+        raise ScheduleError(
+            f"{where} must be a dict with 'task' and 'schedule', got {type(entry).__name__}"
+        )
     for key in entry:
         if key not in ENTRY_KEYS:
-            raise ScheduleError(f"{where} has an unknown key {key!r}.{suggest(str(key), ENTRY_KEYS)}"
-                                f" Keys are: {', '.join(sorted(ENTRY_KEYS))}")
+            raise ScheduleError(
+                f"{where} has an unknown key {key!r}.{suggest(str(key), ENTRY_KEYS)}"
+                f" Keys are: {', '.join(sorted(ENTRY_KEYS))}"
+            )
     for key in ("task", "schedule"):
         if key not in entry:
             raise ScheduleError(f"{where} needs a {key!r}")
@@ -228,8 +242,9 @@ def _from_setting(name: Any, entry: Any) -> Schedule:
     args = entry.get("args", [])
     kwargs = entry.get("kwargs", {})
     try:
-        check_arguments(definition.func, definition.name, args, kwargs,
-                        takes_context=definition.takes_context)
+        check_arguments(
+            definition.func, definition.name, args, kwargs, takes_context=definition.takes_context
+        )
         queue = check_queue(entry.get("queue", definition.queue))
         priority = check_priority(entry.get("priority", definition.priority))
         max_attempts = entry.get("max_attempts", definition.max_attempts)
@@ -237,13 +252,22 @@ def _from_setting(name: Any, entry: Any) -> Schedule:
             check_max_attempts(max_attempts)
     except (TypeError, ValueError) as exc:
         raise ScheduleError(f"{where}: {exc}") from None
-    return Schedule(name=name, task=definition.name, expression=expression,
-                    args=list(args), kwargs=dict(kwargs), queue=queue, priority=priority,
-                    timezone=tz, max_attempts=max_attempts)
+    return Schedule(
+        name=name,
+        task=definition.name,
+        expression=expression,
+        args=list(args),
+        kwargs=dict(kwargs),
+        queue=queue,
+        priority=priority,
+        timezone=tz,
+        max_attempts=max_attempts,
+    )
 
 
-def collect_schedules(cron_setting: dict[str, Any] | None = None
-                      ) -> tuple[list[Schedule], list[ScheduleError]]:
+def collect_schedules(
+    cron_setting: dict[str, Any] | None = None,
+) -> tuple[list[Schedule], list[ScheduleError]]:
     """Every schedule, and every problem found (system checks report all of them)."""
     if cron_setting is None:
         cron_setting = get_settings().CRON
@@ -264,9 +288,12 @@ def collect_schedules(cron_setting: dict[str, Any] | None = None
             errors.append(exc)
             continue
         if schedule.name in taken:
-            errors.append(ScheduleError(
-                f"PGJOBS['CRON'][{name!r}]: the name is taken by @job(cron=...) of that task; "
-                "give the entry another name"))
+            errors.append(
+                ScheduleError(
+                    f"PGJOBS['CRON'][{name!r}]: the name is taken by @job(cron=...) of that task; "
+                    "give the entry another name"
+                )
+            )
             continue
         taken.add(schedule.name)
         schedules.append(schedule)
@@ -295,8 +322,14 @@ class CronTicker:
 
     name = "cron"
 
-    def __init__(self, *, alias: str | None = None, schedules: list[Schedule] | None = None,
-                 catchup_window: float | None = None, interval: float | None = None):
+    def __init__(
+        self,
+        *,
+        alias: str | None = None,
+        schedules: list[Schedule] | None = None,
+        catchup_window: float | None = None,
+        interval: float | None = None,
+    ):
         conf = get_settings()
         self.alias = alias or conf.DATABASE
         self.schedules = usable_schedules() if schedules is None else schedules
@@ -312,7 +345,8 @@ class CronTicker:
         oldest = now - timedelta(seconds=self.catchup_window)
         last = self.last_tick
         continuous = last is not None and timedelta(0) <= now - last <= timedelta(
-            seconds=self.gap_after)
+            seconds=self.gap_after
+        )
         out: list[tuple[Schedule, datetime]] = []
         for schedule in self.schedules:
             if continuous:
@@ -341,27 +375,43 @@ class CronTicker:
                 key = schedule.key(fire)
                 try:
                     with transaction.atomic(using=self.alias), connection.cursor() as cursor:
-                        cursor.execute(sql.JOB_INSERT, [
-                            schedule.task, schedule.queue, schedule.priority,
-                            json.dumps(schedule.args), json.dumps(schedule.kwargs), fire,
-                            schedule.max_attempts or self.default_max_attempts, key,
-                            None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
-                            None,  # trace_context: a schedule fires outside any trace
-                        ])
+                        cursor.execute(
+                            sql.JOB_INSERT,
+                            [
+                                schedule.task,
+                                schedule.queue,
+                                schedule.priority,
+                                json.dumps(schedule.args),
+                                json.dumps(schedule.kwargs),
+                                fire,
+                                schedule.max_attempts or self.default_max_attempts,
+                                key,
+                                None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
+                                None,  # trace_context: a schedule fires outside any trace
+                            ],
+                        )
                         row = cursor.fetchone()
                 except (DataError, IntegrityError) as exc:  # this row's data, not the connection
                     failed += 1
-                    logger.error("cron %s: could not enqueue the job for %s (the other schedules "
-                                 "go on): %s", schedule.name, fire.strftime(KEY_TIME_FORMAT), exc,
-                                 extra={"task": schedule.task})
+                    logger.error(
+                        "cron %s: could not enqueue the job for %s (the other schedules go on): %s",
+                        schedule.name,
+                        fire.strftime(KEY_TIME_FORMAT),
+                        exc,
+                        extra={"task": schedule.task},
+                    )
                     continue
                 if row is None:
                     existing += 1
                     continue
                 inserted += 1
-                logger.info("cron %s: enqueued job %s for %s", schedule.name, row[0],
-                            fire.strftime(KEY_TIME_FORMAT),
-                            extra={"job_id": row[0], "task": schedule.task})
+                logger.info(
+                    "cron %s: enqueued job %s for %s",
+                    schedule.name,
+                    row[0],
+                    fire.strftime(KEY_TIME_FORMAT),
+                    extra={"job_id": row[0], "task": schedule.task},
+                )
         # Only a pass that reached the database moves the mark: after a lost
         # connection, the next tick sees the gap and coalesces.
         self.last_tick = now

@@ -65,8 +65,9 @@ class Location:
 
 def _enable_instructions(database: str, server_major: str, available: bool) -> str:
     install = (
-        "the pg_cron package is installed on the server" if available else
-        f"install it first (Debian/Ubuntu: apt-get install postgresql-{server_major}-cron; "
+        "the pg_cron package is installed on the server"
+        if available
+        else f"install it first (Debian/Ubuntu: apt-get install postgresql-{server_major}-cron; "
         "managed services: enable the pg_cron extension in the parameter group/flags)"
     )
     return (
@@ -99,7 +100,8 @@ def locate(alias: str | None = None) -> Location:
         raise PgCronError(_enable_instructions(app_db, major, available))
     with _cron_connection(alias, cron_db) as conn:
         row = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'").fetchone()
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'"
+        ).fetchone()
     if row is None:
         raise PgCronError(
             f"pg_cron is loaded (cron.database_name = {cron_db!r}) but the extension is not "
@@ -138,18 +140,29 @@ def _literal(conn: psycopg.Connection[Any], query: str, params: Any) -> str:
     return psycopg.ClientCursor(conn).mogrify(query, params)
 
 
-def enqueue_command(conn: psycopg.Connection[Any], schedule: Schedule,
-                    max_attempts: int) -> str:
+def enqueue_command(conn: psycopg.Connection[Any], schedule: Schedule, max_attempts: int) -> str:
     """``SELECT pgjobs_enqueue(...)`` with the key ``cron:<name>:<minute it runs in, UTC>``."""
     import json
 
     # The same text as cron.KEY_TIME_FORMAT ('%Y-%m-%dT%H:%M:%SZ'), in to_char's syntax.
     fmt = 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
-    return _literal(conn, (
-        "SELECT pgjobs_enqueue(%s, %s::jsonb, %s::jsonb, %s, %s, NULL, "
-        "%s || to_char(date_trunc('minute', now() AT TIME ZONE 'UTC'), %s), %s)"
-    ), [schedule.task, json.dumps(schedule.args), json.dumps(schedule.kwargs), schedule.queue,
-        schedule.priority, f"cron:{schedule.name}:", fmt, max_attempts])
+    return _literal(
+        conn,
+        (
+            "SELECT pgjobs_enqueue(%s, %s::jsonb, %s::jsonb, %s, %s, NULL, "
+            "%s || to_char(date_trunc('minute', now() AT TIME ZONE 'UTC'), %s), %s)"
+        ),
+        [
+            schedule.task,
+            json.dumps(schedule.args),
+            json.dumps(schedule.kwargs),
+            schedule.queue,
+            schedule.priority,
+            f"cron:{schedule.name}:",
+            fmt,
+            max_attempts,
+        ],
+    )
 
 
 def maintenance_entries(conn: psycopg.Connection[Any]) -> list[Entry]:
@@ -157,30 +170,49 @@ def maintenance_entries(conn: psycopg.Connection[Any]) -> list[Entry]:
     from django_pgjobs.exceptions import WorkerLost
 
     conf = get_settings()
-    message = (f"worker lost: no heartbeat for more than {conf.STALE_AFTER:g}s; the job was "
-               "reclaimed by pg_cron (it may have been running on a worker that was only slow)")
-    reap = _literal(conn, sql.JOB_REAP_STALE, {
-        "stale_after": conf.STALE_AFTER, "batch": MAINTENANCE_BATCH, "message": message,
-        "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
-        "keep": conf.MAX_ERRORS_KEPT})
+    message = (
+        f"worker lost: no heartbeat for more than {conf.STALE_AFTER:g}s; the job was "
+        "reclaimed by pg_cron (it may have been running on a worker that was only slow)"
+    )
+    reap = _literal(
+        conn,
+        sql.JOB_REAP_STALE,
+        {
+            "stale_after": conf.STALE_AFTER,
+            "batch": MAINTENANCE_BATCH,
+            "message": message,
+            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+            "keep": conf.MAX_ERRORS_KEPT,
+        },
+    )
     prunes = [
-        _literal(conn, sql.JOB_PRUNE_BATCH,
-                 {"status": status, "older_than": older_than, "batch": MAINTENANCE_BATCH})
+        _literal(
+            conn,
+            sql.JOB_PRUNE_BATCH,
+            {"status": status, "older_than": older_than, "batch": MAINTENANCE_BATCH},
+        )
         for status, older_than in Pruner().plan()
     ]
     entries = [Entry(REAP_ENTRY, "* * * * *", " ".join(reap.split()))]
     if prunes:
-        entries.append(Entry(PRUNE_ENTRY, "* * * * *",
-                             "; ".join(" ".join(p.split()) for p in prunes)))
+        entries.append(
+            Entry(PRUNE_ENTRY, "* * * * *", "; ".join(" ".join(p.split()) for p in prunes))
+        )
     return entries
 
 
-def desired_entries(conn: psycopg.Connection[Any], schedules: list[Schedule], *,
-                    maintenance: bool) -> list[Entry]:
+def desired_entries(
+    conn: psycopg.Connection[Any], schedules: list[Schedule], *, maintenance: bool
+) -> list[Entry]:
     default_attempts = get_settings().MAX_ATTEMPTS
-    entries = [Entry(PREFIX + s.name, pg_schedule(s),
-                     enqueue_command(conn, s, s.max_attempts or default_attempts))
-               for s in schedules]
+    entries = [
+        Entry(
+            PREFIX + s.name,
+            pg_schedule(s),
+            enqueue_command(conn, s, s.max_attempts or default_attempts),
+        )
+        for s in schedules
+    ]
     if maintenance:
         entries.extend(maintenance_entries(conn))
     return entries
@@ -193,8 +225,14 @@ class Change:
     schedule: str
 
 
-def sync(schedules: list[Schedule], *, maintenance: bool = False, uninstall: bool = False,
-         dry_run: bool = False, alias: str | None = None) -> tuple[Location, list[Change]]:
+def sync(
+    schedules: list[Schedule],
+    *,
+    maintenance: bool = False,
+    uninstall: bool = False,
+    dry_run: bool = False,
+    alias: str | None = None,
+) -> tuple[Location, list[Change]]:
     """Make the ``pgjobs:*`` entries of ``cron.job`` match ``schedules``; one transaction."""
     location = locate(alias)
     with _cron_connection(alias, location.cron_database) as conn, conn.transaction():
@@ -202,29 +240,45 @@ def sync(schedules: list[Schedule], *, maintenance: bool = False, uninstall: boo
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('django_pgjobs.sync_cron'))")
         desired = [] if uninstall else desired_entries(conn, schedules, maintenance=maintenance)
         existing = {
-            row[1]: row for row in conn.execute(
+            row[1]: row
+            for row in conn.execute(
                 "SELECT jobid, jobname, schedule, command, database, username, active "
                 "FROM cron.job WHERE jobname LIKE %s AND database = %s",
-                [PREFIX + "%", location.app_database]).fetchall()
+                [PREFIX + "%", location.app_database],
+            ).fetchall()
         }
         changes: list[Change] = []
         for entry in desired:
             row = existing.pop(entry.jobname, None)
             if row is not None and (row[2], row[3], row[5], row[6]) == (
-                    entry.schedule, entry.command, location.username, True):
+                entry.schedule,
+                entry.command,
+                location.username,
+                True,
+            ):
                 changes.append(Change(entry.jobname, "unchanged", entry.schedule))
                 continue
-            changes.append(Change(entry.jobname, "created" if row is None else "updated",
-                                  entry.schedule))
+            changes.append(
+                Change(entry.jobname, "created" if row is None else "updated", entry.schedule)
+            )
             if dry_run:
                 continue
             if location.same_database:
-                conn.execute("SELECT cron.schedule(%s, %s, %s)",
-                             [entry.jobname, entry.schedule, entry.command])
+                conn.execute(
+                    "SELECT cron.schedule(%s, %s, %s)",
+                    [entry.jobname, entry.schedule, entry.command],
+                )
             else:
-                conn.execute("SELECT cron.schedule_in_database(%s, %s, %s, %s, %s, true)",
-                             [entry.jobname, entry.schedule, entry.command,
-                              location.app_database, location.username])
+                conn.execute(
+                    "SELECT cron.schedule_in_database(%s, %s, %s, %s, %s, true)",
+                    [
+                        entry.jobname,
+                        entry.schedule,
+                        entry.command,
+                        location.app_database,
+                        location.username,
+                    ],
+                )
         for jobname, row in sorted(existing.items()):
             changes.append(Change(jobname, "removed", row[2]))
             if not dry_run:

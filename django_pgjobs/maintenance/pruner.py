@@ -35,16 +35,26 @@ FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
 class Pruner:
     name = "pruner"
 
-    def __init__(self, *, alias: str | None = None, retention: dict[str, float | None] | None = None,
-                 batch: int = 1000, time_budget: float | None = None, pause: float = 0.0):
+    def __init__(
+        self,
+        *,
+        alias: str | None = None,
+        retention: dict[str, float | None] | None = None,
+        batch: int = 1000,
+        time_budget: float | None = None,
+        pause: float = 0.0,
+    ):
         conf = get_settings()
         self.alias = alias or conf.DATABASE
         self.retention: dict[str, float | None] = dict(
-            conf.RETENTION if retention is None else retention)
+            conf.RETENTION if retention is None else retention
+        )
         for status in self.retention:
             if status not in TERMINAL:
-                raise ValueError(f"retention names {status!r}, which is not a finished status "
-                                 f"({', '.join(FINISHED)})")
+                raise ValueError(
+                    f"retention names {status!r}, which is not a finished status "
+                    f"({', '.join(FINISHED)})"
+                )
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         self.batch = batch
@@ -80,8 +90,10 @@ class Pruner:
                     complete = False
                     break
                 with connection.cursor() as cursor:
-                    cursor.execute(sql.JOB_PRUNE_BATCH, {
-                        "status": status, "older_than": older_than, "batch": self.batch})
+                    cursor.execute(
+                        sql.JOB_PRUNE_BATCH,
+                        {"status": status, "older_than": older_than, "batch": self.batch},
+                    )
                     n = int(cursor.fetchone()[0])  # type: ignore[index]
                 if n:
                     batches.append(n)
@@ -94,6 +106,11 @@ class Pruner:
                 break
         total = sum(deleted.values())
         if total:
-            logger.info("pruned %d finished job(s) in %d batch(es): %s%s", total, len(batches),
-                        deleted, "" if complete else " (time budget reached; continuing next pass)")
+            logger.info(
+                "pruned %d finished job(s) in %d batch(es): %s%s",
+                total,
+                len(batches),
+                deleted,
+                "" if complete else " (time budget reached; continuing next pass)",
+            )
         return {"deleted": total, "by_status": deleted, "batches": batches, "complete": complete}

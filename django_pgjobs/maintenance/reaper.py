@@ -27,8 +27,14 @@ logger = logging.getLogger("django_pgjobs")
 class Reaper:
     name = "reaper"
 
-    def __init__(self, *, alias: str | None = None, stale_after: float | None = None,
-                 batch: int = 500, worker: str | None = None):
+    def __init__(
+        self,
+        *,
+        alias: str | None = None,
+        stale_after: float | None = None,
+        batch: int = 500,
+        worker: str | None = None,
+    ):
         conf = get_settings()
         self.alias = alias or conf.DATABASE
         self.stale_after = conf.STALE_AFTER if stale_after is None else stale_after
@@ -45,9 +51,18 @@ class Reaper:
             for job_id, task, status, attempts, lost_worker in rows:
                 logger.warning(
                     "reaped job %s (%s, attempt %s) from worker %s: heartbeat older than %gs -> %s",
-                    job_id, task, attempts, lost_worker, self.stale_after, status,
-                    extra={"job_id": job_id, "task": task, "attempt": attempts,
-                           "worker": lost_worker},
+                    job_id,
+                    task,
+                    attempts,
+                    lost_worker,
+                    self.stale_after,
+                    status,
+                    extra={
+                        "job_id": job_id,
+                        "task": task,
+                        "attempt": attempts,
+                        "worker": lost_worker,
+                    },
                 )
                 reaped.append((job_id, task, status))
             if len(rows) < self.batch:

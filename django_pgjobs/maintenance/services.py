@@ -58,8 +58,10 @@ class MaintenanceThread(threading.Thread):
 
     def run(self) -> None:
         # Stagger the first pass so replicas started together do not run in lockstep.
-        due = {s.name: time.monotonic() + random.uniform(0, min(s.interval, 1.0))
-               for s in self.services}
+        due = {
+            s.name: time.monotonic() + random.uniform(0, min(s.interval, 1.0))
+            for s in self.services
+        }
         backoffs = {s.name: Backoff(s.name) for s in self.services}
         try:
             while not self.stop.is_set():
@@ -73,7 +75,9 @@ class MaintenanceThread(threading.Thread):
                     except Exception as exc:  # noqa: BLE001
                         backoffs[service.name].failed(exc)
                         connections[self.alias].close()
-                    due[service.name] = time.monotonic() + service.interval * random.uniform(0.9, 1.1)
+                    due[service.name] = time.monotonic() + service.interval * random.uniform(
+                        0.9, 1.1
+                    )
                 self.stop.wait(max(0.05, min(due.values()) - time.monotonic()))
         finally:
             connections[self.alias].close()

@@ -64,15 +64,19 @@ def port_number(value: str) -> int:
     except ValueError:
         raise ArgumentTypeError(f"expected a port number, got {value!r}") from None
     if not 0 <= number <= 65535:
-        raise ArgumentTypeError(f"must be a port number (0-65535; 0 picks a free one), got {number}")
+        raise ArgumentTypeError(
+            f"must be a port number (0-65535; 0 picks a free one), got {number}"
+        )
     return number
 
 
 def name_list(value: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     if not names:
-        raise ArgumentTypeError("expected a comma-separated list of names (or * for every queue, "
-                                "where a command takes that)")
+        raise ArgumentTypeError(
+            "expected a comma-separated list of names (or * for every queue, "
+            "where a command takes that)"
+        )
     return names
 
 
@@ -91,33 +95,44 @@ def status_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
         names = name_list(value)
         for name in names:
             if name not in allowed:
-                raise ArgumentTypeError(f"{name!r} is not a status this command changes; "
-                                        f"choose from {', '.join(allowed)}")
+                raise ArgumentTypeError(
+                    f"{name!r} is not a status this command changes; "
+                    f"choose from {', '.join(allowed)}"
+                )
         return names
+
     return parse
 
 
 class SelectionCommand(BaseCommand):
     """Select jobs by id/task/queue/status, then change them with one fenced method."""
 
-    verb = ""           # "retry" / "cancel"
-    done = ""           # "Retried" / "Cancelled"
+    verb = ""  # "retry" / "cancel"
+    done = ""  # "Retried" / "Cancelled"
     statuses: tuple[str, ...] = ()
     default_status: list[str] | None = None
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--ids", type=id_list, default=None,
-                            help="comma-separated job ids")
-        parser.add_argument("--task", type=name_list, default=None,
-                            help="comma-separated task names (module.function)")
-        parser.add_argument("--queue", type=queue_names, default=None,
-                            help="comma-separated queues")
+        parser.add_argument("--ids", type=id_list, default=None, help="comma-separated job ids")
+        parser.add_argument(
+            "--task",
+            type=name_list,
+            default=None,
+            help="comma-separated task names (module.function)",
+        )
+        parser.add_argument(
+            "--queue", type=queue_names, default=None, help="comma-separated queues"
+        )
         default = ",".join(self.default_status or self.statuses)
-        parser.add_argument("--status", type=status_list(self.statuses), default=None,
-                            help=f"comma-separated statuses, of {', '.join(self.statuses)} "
-                                 f"(default {default})")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="show what would change; change nothing")
+        parser.add_argument(
+            "--status",
+            type=status_list(self.statuses),
+            default=None,
+            help=f"comma-separated statuses, of {', '.join(self.statuses)} (default {default})",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="show what would change; change nothing"
+        )
 
     def selection(self, options: dict[str, Any]) -> Any:
         from django_pgjobs.models import Job
@@ -149,12 +164,15 @@ class SelectionCommand(BaseCommand):
     def _handle(self, options: dict[str, Any]) -> None:
         qs = self.selection(options)
         if options["dry_run"]:
-            ids = list(self.eligible(qs).order_by("id").values_list("id", flat=True)[:SHOWN + 1])
+            ids = list(self.eligible(qs).order_by("id").values_list("id", flat=True)[: SHOWN + 1])
             count = self.eligible(qs).count()
             shown = ", ".join(f"#{i}" for i in ids[:SHOWN])
             more = f" and {count - SHOWN} more" if count > SHOWN else ""
-            self.stdout.write(f"Would {self.verb} {count} job{'s' if count != 1 else ''}"
-                              + (f": {shown}{more}" if count else "") + " (dry run: nothing changed).")
+            self.stdout.write(
+                f"Would {self.verb} {count} job{'s' if count != 1 else ''}"
+                + (f": {shown}{more}" if count else "")
+                + " (dry run: nothing changed)."
+            )
             return
         self.report(self.apply(qs))
 

@@ -99,13 +99,10 @@ END
 $fn$
 """
 
-ENQUEUE_FUNCTION_DROP = (
-    'DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer)'
-)
+ENQUEUE_FUNCTION_DROP = "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer)"
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("django_pgjobs", "0001_initial"),
     ]

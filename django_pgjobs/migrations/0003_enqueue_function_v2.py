@@ -144,12 +144,12 @@ _v1 = import_module("django_pgjobs.migrations.0002_pgjobs_enqueue")
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("django_pgjobs", "0002_pgjobs_enqueue"),
     ]
 
     operations = [
-        migrations.RunSQL([ENQUEUE_FUNCTION_V2], reverse_sql=[
-            _v1.ENQUEUE_FUNCTION_DROP, _v1.ENQUEUE_FUNCTION_V1]),
+        migrations.RunSQL(
+            [ENQUEUE_FUNCTION_V2], reverse_sql=[_v1.ENQUEUE_FUNCTION_DROP, _v1.ENQUEUE_FUNCTION_V1]
+        ),
     ]

@@ -14,6 +14,7 @@ class Migration(migrations.Migration):
             model_name="job",
             name="timeout",
             field=models.FloatField(
-                blank=True, null=True, help_text="seconds a run may take (empty: no limit)"),
+                blank=True, null=True, help_text="seconds a run may take (empty: no limit)"
+            ),
         ),
     ]

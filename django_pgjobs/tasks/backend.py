@@ -104,8 +104,9 @@ class PgJobsBackend(BaseTaskBackend):
         }
         job = enqueue_one(definition, job_args, job_kwargs, options)
         base = bridge.task_for_name(job.task) or definition.task
-        result = bridge.result_from_job(job, base, self, return_value=job.result
-                                        if job.status == "completed" else None)
+        result = bridge.result_from_job(
+            job, base, self, return_value=job.result if job.status == "completed" else None
+        )
         if getattr(job, "_pgjobs_inserted", False):
             # An existing idempotency key wrote nothing: nothing was enqueued to announce.
             bridge.send(task_enqueued, type(self), result)
@@ -123,9 +124,12 @@ class PgJobsBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         # The stored return value comes with the row: one query per refresh().
         stored = JobResult.objects.filter(job_id=OuterRef("pk")).values("value")[:1]
-        job = (Job.objects.using(get_settings().DATABASE)
-               .annotate(pgjobs_stored_value=Subquery(stored, output_field=JSONField()))
-               .filter(pk=int(text)).first())
+        job = (
+            Job.objects.using(get_settings().DATABASE)
+            .annotate(pgjobs_stored_value=Subquery(stored, output_field=JSONField()))
+            .filter(pk=int(text))
+            .first()
+        )
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         base = bridge.task_for_name(job.task)
@@ -146,22 +150,28 @@ class PgJobsBackend(BaseTaskBackend):
         where = f"TASKS[{self.alias!r}]"
         errors: list[checks.CheckMessage] = []
         if not apps.is_installed("django_pgjobs"):
-            errors.append(checks.Error(
-                f"{where} uses PgJobsBackend but 'django_pgjobs' is not in INSTALLED_APPS",
-                hint="Add 'django_pgjobs' to INSTALLED_APPS and run migrate.",
-                id="django_pgjobs.T001",
-            ))
+            errors.append(
+                checks.Error(
+                    f"{where} uses PgJobsBackend but 'django_pgjobs' is not in INSTALLED_APPS",
+                    hint="Add 'django_pgjobs' to INSTALLED_APPS and run migrate.",
+                    id="django_pgjobs.T001",
+                )
+            )
         if not isinstance(self.options, dict):
-            errors.append(checks.Error(f"{where}['OPTIONS'] must be a dict", id="django_pgjobs.T002"))
+            errors.append(
+                checks.Error(f"{where}['OPTIONS'] must be a dict", id="django_pgjobs.T002")
+            )
             return errors
         for key in self.options:
             if not isinstance(key, str) or key.lower() not in OPTION_KEYS:
-                errors.append(checks.Error(
-                    f"{where}['OPTIONS'] has an unknown key {key!r}."
-                    f"{suggest(str(key).lower(), OPTION_KEYS)}",
-                    hint=f"Known keys: {', '.join(sorted(OPTION_KEYS))}.",
-                    id="django_pgjobs.T002",
-                ))
+                errors.append(
+                    checks.Error(
+                        f"{where}['OPTIONS'] has an unknown key {key!r}."
+                        f"{suggest(str(key).lower(), OPTION_KEYS)}",
+                        hint=f"Known keys: {', '.join(sorted(OPTION_KEYS))}.",
+                        id="django_pgjobs.T002",
+                    )
+                )
         max_attempts = self._option("max_attempts")
         if max_attempts is not None:
             try:
@@ -172,6 +182,7 @@ class PgJobsBackend(BaseTaskBackend):
             try:
                 check_queue(queue)
             except ValueError as exc:
-                errors.append(checks.Error(
-                    f"{where}['QUEUES'] has {queue!r}: {exc}", id="django_pgjobs.T003"))
+                errors.append(
+                    checks.Error(f"{where}['QUEUES'] has {queue!r}: {exc}", id="django_pgjobs.T003")
+                )
         return errors

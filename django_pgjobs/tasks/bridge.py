@@ -101,8 +101,11 @@ class PgJobsTask(Task):  # type: ignore[type-arg]
     ) -> PgJobsTask:
         """Django's ``using()`` plus the per-call pgjobs options."""
         changes: dict[str, Any] = {
-            "priority": priority, "queue_name": queue_name, "run_after": run_after,
-            "backend": backend, "max_attempts": max_attempts,
+            "priority": priority,
+            "queue_name": queue_name,
+            "run_after": run_after,
+            "backend": backend,
+            "max_attempts": max_attempts,
             "idempotency_key": idempotency_key,
         }
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -224,8 +227,12 @@ def to_json(value: Any, where: str) -> Any:
 
 def arguments(task: Task, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:  # type: ignore[type-arg]
     path = task.module_path
-    out_args = [to_json(value, f"positional argument {i} of {path}") for i, value in enumerate(args)]
-    out_kwargs = {key: to_json(value, f"argument {key!r} of {path}") for key, value in kwargs.items()}
+    out_args = [
+        to_json(value, f"positional argument {i} of {path}") for i, value in enumerate(args)
+    ]
+    out_kwargs = {
+        key: to_json(value, f"argument {key!r} of {path}") for key, value in kwargs.items()
+    }
     return out_args, out_kwargs
 
 
@@ -267,10 +274,12 @@ def _errors(job: Job) -> list[TaskError]:
         text = entry.get("traceback") or f"{path}: {entry.get('message', '')}\n"
         out.append(TaskError(exception_class_path=path, traceback=text))
     if job.status == JobStatus.CANCELLED:
-        out.append(TaskError(
-            exception_class_path="django_pgjobs.exceptions.JobCancelled",
-            traceback="django_pgjobs.exceptions.JobCancelled: the job was cancelled\n",
-        ))
+        out.append(
+            TaskError(
+                exception_class_path="django_pgjobs.exceptions.JobCancelled",
+                traceback="django_pgjobs.exceptions.JobCancelled: the job was cancelled\n",
+            )
+        )
     return out
 
 
@@ -305,8 +314,13 @@ def _first_started(job: Job) -> datetime | None:
     return min(times) if times else None
 
 
-def result_from_job(job: Job, base: Task, backend: Any, *,  # type: ignore[type-arg]
-                    return_value: Any = None) -> TaskResult:  # type: ignore[type-arg]
+def result_from_job(
+    job: Job,
+    base: Task,
+    backend: Any,
+    *,  # type: ignore[type-arg]
+    return_value: Any = None,
+) -> TaskResult:  # type: ignore[type-arg]
     """The ``TaskResult`` a ``Job`` row stands for (built the same way for enqueue
     and ``get_result``, so the two compare equal)."""
     fields = {f.name for f in dataclasses.fields(base)}
@@ -353,8 +367,13 @@ def send(signal: Signal, sender: type, result: TaskResult) -> None:  # type: ign
     """Send a Tasks signal; a receiver that raises is logged, never propagated."""
     for receiver, response in signal.send_robust(sender=sender, task_result=result):
         if isinstance(response, BaseException):
-            logger.error("django.tasks signal receiver %r raised %r (ignored; the job's "
-                         "outcome is unchanged)", receiver, response, exc_info=response)
+            logger.error(
+                "django.tasks signal receiver %r raised %r (ignored; the job's "
+                "outcome is unchanged)",
+                receiver,
+                response,
+                exc_info=response,
+            )
 
 
 def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
@@ -375,8 +394,9 @@ def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
     raise InvalidTask(f"no TASKS backend is a PgJobsBackend, so {task.module_path} cannot run")
 
 
-def run(definition: TaskDefinition, job: JobContext, args: list[Any],
-        kwargs: dict[str, Any]) -> Any:
+def run(
+    definition: TaskDefinition, job: JobContext, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
     """Run one attempt of a task inside the worker: RUNNING result -> ``task_started``
     -> call. ``task_finished`` waits for the attempt's outcome to be written (see
     ``_finished``): nobody is told "succeeded" about a write the lease refused."""
@@ -396,8 +416,12 @@ def run(definition: TaskDefinition, job: JobContext, args: list[Any],
     return _return_value(value, task.module_path)
 
 
-def _finished(sender: type, result: TaskResult, outcome: Outcome,  # type: ignore[type-arg]
-              ours: bool) -> None:
+def _finished(
+    sender: type,
+    result: TaskResult,
+    outcome: Outcome,  # type: ignore[type-arg]
+    ours: bool,
+) -> None:
     """Send ``task_finished`` for an attempt whose outcome is now in the database.
 
     Nothing for a fenced attempt (a zombie announces nothing) nor for one that will

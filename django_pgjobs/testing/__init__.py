@@ -37,8 +37,9 @@ class RanJob:
 _STATUS = {"completed": "completed", "retry": "pending", "dead": "dead", "fenced": "fenced"}
 
 
-def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None,
-             using: str | None = None) -> list[RanJob]:
+def run_jobs(
+    queues: Sequence[str] | None = None, *, max_jobs: int | None = None, using: str | None = None
+) -> list[RanJob]:
     """Drain due jobs in this process (no threads), in claim order; return what ran.
 
     Claims like a worker (``flow.FlowState``): a paused queue is not drained, and
@@ -69,13 +70,27 @@ def run_jobs(queues: Sequence[str] | None = None, *, max_jobs: int | None = None
         if not claimed:
             break
         job = claimed[0]
-        signals.send(signals.job_started, job_id=job.id, task=job.task, queue=job.queue,
-                     attempt=job.attempt, lease=job.lease, worker=worker)
+        signals.send(
+            signals.job_started,
+            job_id=job.id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempt,
+            lease=job.lease,
+            worker=worker,
+        )
         outcome = execute(job, worker=worker, alias=alias)
         ours = _write(connection, job, outcome)
         outcomes.report(job, outcome, ours=ours, worker=worker)
-        ran.append(RanJob(job.id, job.task, _STATUS[outcome.kind] if ours else "fenced",
-                          outcome.value, outcome.error))
+        ran.append(
+            RanJob(
+                job.id,
+                job.task,
+                _STATUS[outcome.kind] if ours else "fenced",
+                outcome.value,
+                outcome.error,
+            )
+        )
     _warn_unknown(connection, state)
     return ran
 
@@ -87,15 +102,20 @@ def _warn_unknown(connection: Any, state: flow.FlowState) -> None:
 
     from django_pgjobs.models import Job
 
-    due = Job.objects.using(connection.alias).filter(
-        Q(status=JobStatus.PENDING), Q(run_at__lte=timezone.now())).exclude(task__in=state.tasks)
+    due = (
+        Job.objects.using(connection.alias)
+        .filter(Q(status=JobStatus.PENDING), Q(run_at__lte=timezone.now()))
+        .exclude(task__in=state.tasks)
+    )
     if state.queues:
         due = due.filter(queue__in=state.queues)
     names = sorted(set(due.order_by().values_list("task", flat=True)[:100]))
     if names:
-        logger.warning("run_jobs left due jobs of unregistered task(s) pending: %s (import "
-                       "their module in the test, or list it in PGJOBS['JOB_MODULES'])",
-                       ", ".join(printable(repr(n)) for n in names[:5]))
+        logger.warning(
+            "run_jobs left due jobs of unregistered task(s) pending: %s (import "
+            "their module in the test, or list it in PGJOBS['JOB_MODULES'])",
+            ", ".join(printable(repr(n)) for n in names[:5]),
+        )
 
 
 _CONNECTION_ERRORS = (OperationalError, InterfaceError)
@@ -113,7 +133,8 @@ def _write(connection: BaseDatabaseWrapper, job: sql.Claimed, outcome: Outcome) 
         raise PgJobsError(
             f"run_jobs: {what} could not be written: the connection failed ({first}) "
             "inside a transaction, so it cannot be redone; the job's row may or may not "
-            "have been updated") from first
+            "have been updated"
+        ) from first
     with contextlib.suppress(DatabaseError):
         connection.close()
     try:
@@ -122,4 +143,5 @@ def _write(connection: BaseDatabaseWrapper, job: sql.Claimed, outcome: Outcome) 
         raise PgJobsError(
             f"run_jobs: {what} could not be written: the connection failed ({first}) "
             f"and the redo after reconnecting failed too ({again}); the job's row may "
-            "or may not have been updated") from again
+            "or may not have been updated"
+        ) from again

@@ -21,8 +21,9 @@ logger = logging.getLogger("django_pgjobs")
 class AsyncRunner:
     """``submit(key, item)`` runs ``target(item)`` as a task on the runner's loop."""
 
-    def __init__(self, target: Callable[[Any], Awaitable[None]], limit: int,
-                 name: str = "pgjobs-async"):
+    def __init__(
+        self, target: Callable[[Any], Awaitable[None]], limit: int, name: str = "pgjobs-async"
+    ):
         self._target = target
         # At most ``limit`` run at once; the others wait their turn (not yet started:
         # their timeout has not begun).
@@ -45,8 +46,7 @@ class AsyncRunner:
                 for task in pending:
                     task.cancel()
                 if pending:
-                    self.loop.run_until_complete(
-                        asyncio.gather(*pending, return_exceptions=True))
+                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
                 self.loop.close()
@@ -71,6 +71,7 @@ class AsyncRunner:
 
     def cancel(self, key: Hashable) -> None:
         """Cancel the task of ``key`` (timeout, shutdown); a no-op once it finished."""
+
         def cancel() -> None:
             task = self._tasks.get(key)
             if task is not None:

@@ -46,8 +46,9 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def error_entry(attempt: int, exc: BaseException, worker: str | None,
-                started_at: datetime | None = None) -> dict[str, Any]:
+def error_entry(
+    attempt: int, exc: BaseException, worker: str | None, started_at: datetime | None = None
+) -> dict[str, Any]:
     """One entry of ``Job.errors``: attempt, time, exception type, message, traceback.
 
     ``started_at``: when the attempt began running. The row keeps only the latest
@@ -85,25 +86,40 @@ def _storable(text: Callable[[], str]) -> str:
 
 def make_context(claimed: sql.Claimed, worker: str | None) -> JobContext:
     return JobContext(
-        job_id=claimed.id, task=claimed.task, attempt=claimed.attempt,
-        max_attempts=claimed.max_attempts, lease=claimed.lease, queue=claimed.queue,
-        idempotency_key=claimed.idempotency_key, worker=worker,
+        job_id=claimed.id,
+        task=claimed.task,
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        lease=claimed.lease,
+        queue=claimed.queue,
+        idempotency_key=claimed.idempotency_key,
+        worker=worker,
     )
 
 
-def _call(definition: JobDefinition, context: JobContext, args: list[Any],
-          kwargs: dict[str, Any]) -> Any:
+def _call(
+    definition: JobDefinition, context: JobContext, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
     call_args = [context, *args] if definition.takes_context else args
     if definition.is_async:
         return asyncio.run(definition.func(*call_args, **kwargs))
     return definition.func(*call_args, **kwargs)
 
 
-def _failure(definition: JobDefinition | None, claimed: sql.Claimed, exc: BaseException,
-             worker: str | None, *, retryable: bool, started_at: datetime) -> Outcome:
+def _failure(
+    definition: JobDefinition | None,
+    claimed: sql.Claimed,
+    exc: BaseException,
+    worker: str | None,
+    *,
+    retryable: bool,
+    started_at: datetime,
+) -> Outcome:
     entry = error_entry(claimed.attempt, exc, worker, started_at)
-    if retryable and claimed.attempt < claimed.max_attempts and (
-        definition is None or definition.should_retry(exc)
+    if (
+        retryable
+        and claimed.attempt < claimed.max_attempts
+        and (definition is None or definition.should_retry(exc))
     ):
         conf = get_settings()
         delay = backoff(claimed.attempt, base=conf.BACKOFF_BASE, cap=conf.BACKOFF_CAP)
@@ -114,39 +130,51 @@ def _failure(definition: JobDefinition | None, claimed: sql.Claimed, exc: BaseEx
 Prepared = tuple[JobDefinition, list[Any], dict[str, Any]]
 
 
-def _prepare(claimed: sql.Claimed, worker: str | None, alias: str,
-             started_at: datetime) -> Outcome | Prepared:
+def _prepare(
+    claimed: sql.Claimed, worker: str | None, alias: str, started_at: datetime
+) -> Outcome | Prepared:
     """Everything before the handler: the definition, the stored arguments, the
     idempotency short-circuit. An Outcome when the job must not (or need not) run."""
     try:
         definition = registry.get(claimed.task)
     except UnknownTask as exc:
-        return Outcome("dead", error=error_entry(claimed.attempt, exc, worker, started_at),
-                       exception=exc)
+        return Outcome(
+            "dead", error=error_entry(claimed.attempt, exc, worker, started_at), exception=exc
+        )
     args, kwargs = claimed.args, claimed.kwargs
     if isinstance(args, sql.Undecodable) or isinstance(kwargs, sql.Undecodable):
         bad = args if isinstance(args, sql.Undecodable) else kwargs
         undecodable = ValueError(f"stored arguments of job {claimed.id} cannot be decoded: {bad}")
-        return Outcome("dead", error=error_entry(claimed.attempt, undecodable, worker, started_at),
-                       exception=undecodable)
+        return Outcome(
+            "dead",
+            error=error_entry(claimed.attempt, undecodable, worker, started_at),
+            exception=undecodable,
+        )
     if not isinstance(args, list) or not isinstance(kwargs, dict):
-        wrong = TypeError(f"stored args must be a JSON array and kwargs a JSON object, got "
-                          f"{type(args).__name__} and {type(kwargs).__name__}")
-        return Outcome("dead", error=error_entry(claimed.attempt, wrong, worker, started_at),
-                       exception=wrong)
+        wrong = TypeError(
+            f"stored args must be a JSON array and kwargs a JSON object, got "
+            f"{type(args).__name__} and {type(kwargs).__name__}"
+        )
+        return Outcome(
+            "dead", error=error_entry(claimed.attempt, wrong, worker, started_at), exception=wrong
+        )
     if claimed.idempotency_key is not None:
         try:
             found, value = sql.result_for_key(connections[alias], claimed.idempotency_key)
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
-            return _failure(definition, claimed, exc, worker, retryable=True,
-                            started_at=started_at)
+            return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
         if found:
             return Outcome("completed", value=value, extra={"short_circuit": True})
     return definition, args, kwargs
 
 
-def _finish(definition: JobDefinition, claimed: sql.Claimed, value: Any,
-            worker: str | None, started_at: datetime) -> Outcome:
+def _finish(
+    definition: JobDefinition,
+    claimed: sql.Claimed,
+    value: Any,
+    worker: str | None,
+    started_at: datetime,
+) -> Outcome:
     """The handler returned ``value``: check and encode it here, in the job's own
     thread, so a value that cannot be stored fails this job alone."""
     try:
@@ -155,15 +183,21 @@ def _finish(definition: JobDefinition, claimed: sql.Claimed, value: Any,
     except BaseException as exc:  # noqa: BLE001 - RecursionError, ValueError from json.dumps
         # The handler ran and its side effects happened; re-running cannot fix its value.
         failed = exc
-        bad = exc if isinstance(exc, _BadReturn) else _BadReturn(
-            f"the return value of {claimed.task} cannot be stored as JSON: "
-            f"{type(exc).__name__}: {_storable(lambda: str(failed))[:500]}")
+        bad = (
+            exc
+            if isinstance(exc, _BadReturn)
+            else _BadReturn(
+                f"the return value of {claimed.task} cannot be stored as JSON: "
+                f"{type(exc).__name__}: {_storable(lambda: str(failed))[:500]}"
+            )
+        )
         return _failure(definition, claimed, bad, worker, retryable=False, started_at=started_at)
     return Outcome("completed", value=value, encoded=encoded)
 
 
-def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
-            context: JobContext | None = None) -> Outcome:
+def execute(
+    claimed: sql.Claimed, *, worker: str | None, alias: str, context: JobContext | None = None
+) -> Outcome:
     """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
     started_at = timezone.now()  # when this attempt began, for its error entry
     try:
@@ -178,24 +212,28 @@ def execute(claimed: sql.Claimed, *, worker: str | None, alias: str,
             with tracing.job_span(claimed):  # OpenTelemetry "<task> process" span (or a no-op)
                 value = _call(definition, context, args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
-            return _failure(definition, claimed, exc, worker, retryable=True,
-                            started_at=started_at)
+            return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except BaseException as exc:  # noqa: BLE001 - last resort: never let a thread die
         return last_resort(claimed, exc, worker)
 
 
-async def aexecute(claimed: sql.Claimed, *, worker: str | None, alias: str,
-                   context: JobContext) -> Outcome:
+async def aexecute(
+    claimed: sql.Claimed, *, worker: str | None, alias: str, context: JobContext
+) -> Outcome:
     """Run an ``async def`` job on the caller's event loop; never raises except
     ``asyncio.CancelledError`` when the worker cancels the run (timeout, shutdown)."""
     from asgiref.sync import sync_to_async
 
     started_at = timezone.now()
     try:
-        prepared = await sync_to_async(_prepare, thread_sensitive=False)(
-            claimed, worker, alias, started_at) if claimed.idempotency_key is not None \
+        prepared = (
+            await sync_to_async(_prepare, thread_sensitive=False)(
+                claimed, worker, alias, started_at
+            )
+            if claimed.idempotency_key is not None
             else _prepare(claimed, worker, alias, started_at)
+        )
         if isinstance(prepared, Outcome):
             return prepared
         definition, args, kwargs = prepared
@@ -206,8 +244,7 @@ async def aexecute(claimed: sql.Claimed, *, worker: str | None, alias: str,
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001
-            return _failure(definition, claimed, exc, worker, retryable=True,
-                            started_at=started_at)
+            return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except asyncio.CancelledError:
         raise
@@ -221,28 +258,40 @@ def last_resort(claimed: sql.Claimed, exc: BaseException, worker: str | None) ->
     try:
         entry = error_entry(claimed.attempt, exc, worker)
     except BaseException:  # noqa: BLE001
-        entry = {"attempt": claimed.attempt, "at": timezone.now().isoformat(),
-                 "type": "builtins.BaseException", "message": "<unprintable>",
-                 "traceback": None, "worker": worker}
+        entry = {
+            "attempt": claimed.attempt,
+            "at": timezone.now().isoformat(),
+            "type": "builtins.BaseException",
+            "message": "<unprintable>",
+            "traceback": None,
+            "worker": worker,
+        }
     if claimed.attempt < claimed.max_attempts:
         conf = get_settings()
-        return Outcome("retry", error=entry, exception=exc,
-                       delay=backoff(claimed.attempt, base=conf.BACKOFF_BASE,
-                                     cap=conf.BACKOFF_CAP))
+        return Outcome(
+            "retry",
+            error=entry,
+            exception=exc,
+            delay=backoff(claimed.attempt, base=conf.BACKOFF_BASE, cap=conf.BACKOFF_CAP),
+        )
     return Outcome("dead", error=entry, exception=exc)
 
 
-def timed_out(claimed: sql.Claimed, seconds: float, worker: str | None,
-              started_at: datetime | None = None) -> Outcome:
+def timed_out(
+    claimed: sql.Claimed, seconds: float, worker: str | None, started_at: datetime | None = None
+) -> Outcome:
     """The outcome of a run the worker gave up on after ``seconds``: retried or
     dead-lettered like any failure (``retry_on``/``discard_on`` apply), written
     with a lease bump (``extra["timed_out"]``)."""
-    exc = JobTimeout(f"job {claimed.id} ({claimed.task}) exceeded its timeout of "
-                     f"{seconds:g}s; the worker gave up on it (its lease was bumped, so "
-                     "its later writes are fenced)")
+    exc = JobTimeout(
+        f"job {claimed.id} ({claimed.task}) exceeded its timeout of "
+        f"{seconds:g}s; the worker gave up on it (its lease was bumped, so "
+        "its later writes are fenced)"
+    )
     definition = registry.find(claimed.task)
-    outcome = _failure(definition, claimed, exc, worker, retryable=True,
-                       started_at=started_at or timezone.now())
+    outcome = _failure(
+        definition, claimed, exc, worker, retryable=True, started_at=started_at or timezone.now()
+    )
     outcome.extra["timed_out"] = True
     return outcome
 
@@ -263,12 +312,19 @@ def _check_return(value: Any, task: str) -> None:
     except TypeError as exc:
         raise _BadReturn(str(exc)) from None
     except RecursionError:
-        raise _BadReturn(f"the return value of {task} is nested too deeply to store "
-                         "as JSON") from None
+        raise _BadReturn(
+            f"the return value of {task} is nested too deeply to store as JSON"
+        ) from None
 
 
-def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: JobContext,
-                    worker: str | None, alias: str, started_at: datetime) -> Outcome:
+def _execute_atomic(
+    definition: JobDefinition,
+    claimed: sql.Claimed,
+    context: JobContext,
+    worker: str | None,
+    alias: str,
+    started_at: datetime,
+) -> Outcome:
     """Handler, lease re-check, completion and result in ONE transaction.
 
     The lease is checked (and the row locked) only after the handler, so the
@@ -284,10 +340,20 @@ def _execute_atomic(definition: JobDefinition, claimed: sql.Claimed, context: Jo
             if not sql.complete_many(connection, [(claimed.id, claimed.lease, value)]):
                 raise _Fenced
     except _Fenced:
-        return Outcome("fenced", exception=LeaseLost(
-            f"job {claimed.id} lease {claimed.lease} is no longer current; "
-            "its transaction was rolled back"))
+        return Outcome(
+            "fenced",
+            exception=LeaseLost(
+                f"job {claimed.id} lease {claimed.lease} is no longer current; "
+                "its transaction was rolled back"
+            ),
+        )
     except BaseException as exc:  # noqa: BLE001
-        return _failure(definition, claimed, exc, worker,
-                        retryable=not isinstance(exc, _BadReturn), started_at=started_at)
+        return _failure(
+            definition,
+            claimed,
+            exc,
+            worker,
+            retryable=not isinstance(exc, _BadReturn),
+            started_at=started_at,
+        )
     return Outcome("completed", value=value, written=True)

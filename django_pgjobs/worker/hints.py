@@ -36,8 +36,11 @@ def declared_queues() -> set[str]:
 def queues_with_jobs(alias: str) -> dict[str, int]:
     """Pending jobs per queue (read from the partial claim index)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT queue, count(*) FROM {sql.JOB} WHERE status = %s "
-                       "GROUP BY queue ORDER BY queue", [str(JobStatus.PENDING)])
+        cursor.execute(
+            f"SELECT queue, count(*) FROM {sql.JOB} WHERE status = %s "
+            "GROUP BY queue ORDER BY queue",
+            [str(JobStatus.PENDING)],
+        )
         return {str(q): int(n) for q, n in cursor.fetchall()}
 
 
@@ -59,7 +62,8 @@ def unknown_queue_warnings(requested: Sequence[str], alias: str) -> list[str]:
         out.append(
             f"queue {name!r}: no @job, PGJOBS['QUEUES'] or CRON entry uses it and no pending "
             f"job is on it, so this worker may wait for ever.{hint} "
-            f"Known queues: {', '.join(sorted(known))}.")
+            f"Known queues: {', '.join(sorted(known))}."
+        )
     return out
 
 
@@ -74,11 +78,14 @@ def idle_burst_explanation(queues: Sequence[str] | None, alias: str) -> tuple[bo
     served = sorted(live) if queues is None else [q for q in queues if q in live]
     elsewhere = {q: n for q, n in live.items() if queues is not None and q not in queues}
     if served:
-        return False, (f"nothing was due yet on {', '.join(served)} (their pending jobs "
-                       "have a later run_at)")
+        return False, (
+            f"nothing was due yet on {', '.join(served)} (their pending jobs have a later run_at)"
+        )
     if elsewhere:
         shown = ", ".join(f"{q} ({n})" for q, n in sorted(elsewhere.items()))
-        return True, (f"nothing was pending on {', '.join(queues or [])}; pending jobs wait "
-                      f"on other queues: {shown}. Pass --queues with those names, or omit "
-                      "--queues to serve every queue.")
+        return True, (
+            f"nothing was pending on {', '.join(queues or [])}; pending jobs wait "
+            f"on other queues: {shown}. Pass --queues with those names, or omit "
+            "--queues to serve every queue."
+        )
     return False, "nothing was pending"

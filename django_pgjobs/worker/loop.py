@@ -147,8 +147,11 @@ class Worker:
         self.shutdown_timeout = conf.SHUTDOWN_TIMEOUT
         self.install_signal_handlers = install_signal_handlers
         self.services = (
-            services if services is not None
-            else default_services(alias=self.alias, worker=self.id) if maintenance else []
+            services
+            if services is not None
+            else default_services(alias=self.alias, worker=self.id)
+            if maintenance
+            else []
         )
 
         # Flow control and deploy skew: claim only known tasks, honour queue limits.
@@ -156,12 +159,12 @@ class Worker:
         self.inflight: dict[int, InFlight] = {}
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
-        self._stop = threading.Event()        # stop claiming
+        self._stop = threading.Event()  # stop claiming
         self._threads_stop = threading.Event()  # stop helper threads
         self._done: queue.SimpleQueue[tuple[InFlight, Outcome] | None] = queue.SimpleQueue()
         self._signals_seen = 0
-        self._busy_sync = 0    # jobs queued on or running in the job threads
-        self._busy_async = 0   # async jobs on the event loop
+        self._busy_sync = 0  # jobs queued on or running in the job threads
+        self._busy_async = 0  # async jobs on the event loop
         self._claim_kind = "sync"  # what the last claim brought: sync, async or mixed
         self._job_time: float | None = None  # moving average of a sync run (seconds)
         self._async_job_time: float | None = None  # the same for async runs
@@ -171,8 +174,14 @@ class Worker:
         self.claimed_count = 0
         self.finished_count = 0
         # timed_out: runs given up on (each also counted as retry or dead)
-        self.counts = {"completed": 0, "retry": 0, "dead": 0, "fenced": 0, "released": 0,
-                       "timed_out": 0}
+        self.counts = {
+            "completed": 0,
+            "retry": 0,
+            "dead": 0,
+            "fenced": 0,
+            "released": 0,
+            "timed_out": 0,
+        }
 
     # ------------------------------------------------------------------ control
 
@@ -186,12 +195,20 @@ class Worker:
         if self._signals_seen == 1:
             logger.warning(
                 "worker %s got %s: finishing %d in-flight jobs (up to %gs), claiming no more; "
-                "send it again to exit at once", self.id, signal.Signals(signum).name,
-                len(self.inflight), self.shutdown_timeout)
+                "send it again to exit at once",
+                self.id,
+                signal.Signals(signum).name,
+                len(self.inflight),
+                self.shutdown_timeout,
+            )
             self.request_stop()
         else:
-            logger.warning("worker %s: second signal, exiting at once; the reaper will "
-                           "reclaim %d in-flight jobs", self.id, len(self.inflight))
+            logger.warning(
+                "worker %s: second signal, exiting at once; the reaper will "
+                "reclaim %d in-flight jobs",
+                self.id,
+                len(self.inflight),
+            )
             os._exit(1)
 
     # ------------------------------------------------------------------ main loop
@@ -201,11 +218,17 @@ class Worker:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         use_async = any(d.is_async and not d.atomic for d in registry.all_definitions())
-        logger.info("worker %s starting: queues=%s concurrency=%d async_concurrency=%s batch=%d "
-                    "listen=%s burst=%s", self.id,
-                    ",".join(self.queues) if self.queues else "*", self.concurrency,
-                    self.async_concurrency if use_async else "- (no async jobs)", self.batch,
-                    self.listen, self.burst)
+        logger.info(
+            "worker %s starting: queues=%s concurrency=%d async_concurrency=%s batch=%d "
+            "listen=%s burst=%s",
+            self.id,
+            ",".join(self.queues) if self.queues else "*",
+            self.concurrency,
+            self.async_concurrency if use_async else "- (no async jobs)",
+            self.batch,
+            self.listen,
+            self.burst,
+        )
         pool: JobRunners[InFlight] = JobRunners(self.concurrency, self._run_job, "pgjobs-job")
         self._pool = pool
         if use_async:
@@ -252,8 +275,12 @@ class Worker:
         while not self._stop.is_set():
             self._wakeup.clear()
             want = self._claimable()
-            if want <= 0 and self.max_jobs is not None and not self.inflight \
-                    and self.claimed_count >= self.max_jobs:
+            if (
+                want <= 0
+                and self.max_jobs is not None
+                and not self.inflight
+                and self.claimed_count >= self.max_jobs
+            ):
                 break
             if 0 < want < self.min_claim and self.inflight:
                 want = self._gather_slots(want)
@@ -298,17 +325,22 @@ class Worker:
         try:
             fixed = sql.dead_exhausted(connection, worker=self.id)
         except DB_ERRORS as repair_exc:
-            logger.error("claim failed with a data error (%s) and the repair failed too: %s",
-                         exc, repair_exc)
+            logger.error(
+                "claim failed with a data error (%s) and the repair failed too: %s", exc, repair_exc
+            )
             connection.close()
             return False
         for job_id, task in fixed:
-            logger.error("job %s (%s) was pending with its attempts used up, which failed "
-                         "every claim of its queue (%s); dead-lettered", job_id, task, exc,
-                         extra={"job_id": job_id, "task": task, "worker": self.id})
+            logger.error(
+                "job %s (%s) was pending with its attempts used up, which failed "
+                "every claim of its queue (%s); dead-lettered",
+                job_id,
+                task,
+                exc,
+                extra={"job_id": job_id, "task": task, "worker": self.id},
+            )
         if not fixed:
-            logger.error("claim failed with a data error that no known row state explains: "
-                         "%s", exc)
+            logger.error("claim failed with a data error that no known row state explains: %s", exc)
         return bool(fixed)
 
     def _dispatch(self, pool: JobRunners[InFlight], claimed: list[sql.Claimed]) -> None:
@@ -316,8 +348,12 @@ class Worker:
         for c in claimed:
             definition = registry.find(c.task)
             timeout = definition.effective_timeout(c.timeout) if definition else c.timeout
-            is_async = bool(self._async is not None and definition is not None
-                            and definition.is_async and not definition.atomic)
+            is_async = bool(
+                self._async is not None
+                and definition is not None
+                and definition.is_async
+                and not definition.atomic
+            )
             entries.append(InFlight(c, make_context(c, self.id), is_async, timeout))
         kinds = {e.is_async for e in entries}
         self._claim_kind = "mixed" if len(kinds) == 2 else "async" if True in kinds else "sync"
@@ -329,8 +365,11 @@ class Worker:
                 else:
                     self._busy_sync += 1
         if signals.jobs_claimed.receivers:
-            signals.send(signals.jobs_claimed, jobs=[(c.id, c.task, c.queue) for c in claimed],
-                         worker=self.id)
+            signals.send(
+                signals.jobs_claimed,
+                jobs=[(c.id, c.task, c.queue) for c in claimed],
+                worker=self.id,
+            )
         for entry in entries:
             if entry.is_async:
                 assert self._async is not None
@@ -367,8 +406,10 @@ class Worker:
         job_time = self._async_job_time
         if job_time is None:
             return 0
-        return min(self.async_concurrency,
-                   int(self.async_concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
+        return min(
+            self.async_concurrency,
+            int(self.async_concurrency * PREFETCH_COVER / max(job_time, 1e-4)),
+        )
 
     def _claimable(self) -> int:
         """How many jobs the next claim may take: free thread slots plus prefetch, free
@@ -389,8 +430,10 @@ class Worker:
                 sync_part = async_part
             elif self._claim_kind == "mixed":
                 sync_part += async_part
-        want = min(sync_part, self.batch if self._claim_kind != "async"
-                   else max(self.batch, self.async_concurrency))
+        want = min(
+            sync_part,
+            self.batch if self._claim_kind != "async" else max(self.batch, self.async_concurrency),
+        )
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.claimed_count)
         return want
@@ -452,11 +495,20 @@ class Worker:
                 continue
             if ok:
                 self.counts["released"] += 1
-                logger.warning("released job %s (%s) unfinished at shutdown; attempt not counted",
-                               claimed.id, claimed.task)
-                signals.send(signals.job_released, job_id=claimed.id, task=claimed.task,
-                             queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
-                             worker=self.id)
+                logger.warning(
+                    "released job %s (%s) unfinished at shutdown; attempt not counted",
+                    claimed.id,
+                    claimed.task,
+                )
+                signals.send(
+                    signals.job_released,
+                    job_id=claimed.id,
+                    task=claimed.task,
+                    queue=claimed.queue,
+                    attempt=claimed.attempt,
+                    lease=claimed.lease,
+                    worker=self.id,
+                )
             else:
                 # A zombie's release: fenced like every other write, so say so.
                 self.counts["fenced"] += 1
@@ -475,17 +527,24 @@ class Worker:
                 entry.deadline = entry.started + entry.timeout
         claimed = entry.claimed
         if signals.job_started.receivers:
-            signals.send(signals.job_started, job_id=claimed.id, task=claimed.task,
-                         queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
-                         worker=self.id)
+            signals.send(
+                signals.job_started,
+                job_id=claimed.id,
+                task=claimed.task,
+                queue=claimed.queue,
+                attempt=claimed.attempt,
+                lease=claimed.lease,
+                worker=self.id,
+            )
         return True
 
     def _run_job(self, entry: InFlight) -> None:
         try:
             if not self._start(entry):
                 return
-            outcome = execute(entry.claimed, worker=self.id, alias=self.alias,
-                              context=entry.context)
+            outcome = execute(
+                entry.claimed, worker=self.id, alias=self.alias, context=entry.context
+            )
         except BaseException as exc:  # noqa: BLE001 - execute() should not raise; be safe
             outcome = executor.last_resort(entry.claimed, exc, self.id)
         finally:
@@ -500,8 +559,9 @@ class Worker:
         if not self._start(entry):
             return
         try:
-            outcome = await executor.aexecute(entry.claimed, worker=self.id, alias=self.alias,
-                                              context=entry.context)
+            outcome = await executor.aexecute(
+                entry.claimed, worker=self.id, alias=self.alias, context=entry.context
+            )
         except BaseException as exc:  # noqa: BLE001 - cancelled: timeout or shutdown
             import asyncio
 
@@ -522,9 +582,13 @@ class Worker:
                 self._leave_slot(entry)
         if entry.state != "done":
             if late:
-                logger.warning("job %s (%s): the run abandoned after its timeout returned "
-                               "after %.1fs; its outcome is discarded", entry.claimed.id,
-                               entry.claimed.task, elapsed)
+                logger.warning(
+                    "job %s (%s): the run abandoned after its timeout returned "
+                    "after %.1fs; its outcome is discarded",
+                    entry.claimed.id,
+                    entry.claimed.task,
+                    elapsed,
+                )
             return
         if entry.is_async:
             previous = self._async_job_time
@@ -548,8 +612,11 @@ class Worker:
         expired: list[InFlight] = []
         with self._lock:
             for entry in self.inflight.values():
-                if entry.state == "running" and entry.deadline is not None \
-                        and entry.deadline <= now:
+                if (
+                    entry.state == "running"
+                    and entry.deadline is not None
+                    and entry.deadline <= now
+                ):
                     entry.state = "timed_out"
                     self._leave_slot(entry)
                     expired.append(entry)
@@ -562,11 +629,16 @@ class Worker:
             elif entry.thread is not None and self._pool is not None:
                 self._pool.abandon(entry.thread)
             assert entry.timeout is not None
-            logger.warning("job %s (%s, attempt %s/%s) exceeded its timeout of %gs; giving up "
-                           "on it%s", claimed.id, claimed.task, claimed.attempt,
-                           claimed.max_attempts, entry.timeout,
-                           "" if entry.is_async else " (its thread is abandoned; a new one "
-                           "takes its place)", extra=outcomes.log_extra(claimed, self.id))
+            logger.warning(
+                "job %s (%s, attempt %s/%s) exceeded its timeout of %gs; giving up on it%s",
+                claimed.id,
+                claimed.task,
+                claimed.attempt,
+                claimed.max_attempts,
+                entry.timeout,
+                "" if entry.is_async else " (its thread is abandoned; a new one takes its place)",
+                extra=outcomes.log_extra(claimed, self.id),
+            )
             self._done.put((entry, executor.timed_out(claimed, entry.timeout, self.id)))
         if expired:
             self._wakeup.set()
@@ -575,7 +647,8 @@ class Worker:
             if abandoned > self.max_abandoned:
                 self.restart_reason = (
                     f"{abandoned} threads abandoned by timed-out jobs are still running "
-                    f"(more than {self.max_abandoned}); restarting to get rid of them")
+                    f"(more than {self.max_abandoned}); restarting to get rid of them"
+                )
                 logger.error("worker %s: %s", self.id, self.restart_reason)
                 self.request_stop()
 
@@ -605,14 +678,17 @@ class Worker:
                 try:
                     self._write_batch(connection, batch, backoff)
                 except BaseException:  # noqa: BLE001 - the completer never dies
-                    logger.exception("completer: unexpected error; %d outcomes are left to "
-                                     "the reaper", len(batch))
+                    logger.exception(
+                        "completer: unexpected error; %d outcomes are left to the reaper",
+                        len(batch),
+                    )
                     self._forget(batch)
         finally:
             connection.close()
 
-    def _write_batch(self, connection: Any, batch: list[tuple[InFlight, Outcome]],
-                     backoff: Backoff) -> None:
+    def _write_batch(
+        self, connection: Any, batch: list[tuple[InFlight, Outcome]], backoff: Backoff
+    ) -> None:
         """Write and report every outcome of ``batch`` exactly once. Connection errors:
         back off and retry the rest (the statements recognise their own committed
         writes). Any other error: fall back to one row at a time, so the row that
@@ -634,8 +710,12 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - a data error or a bad value
                 if per_row:
                     raise
-                logger.warning("writing a batch of %d outcomes failed (%s: %s); writing them "
-                               "one by one", len(todo), type(exc).__name__, exc)
+                logger.warning(
+                    "writing a batch of %d outcomes failed (%s: %s); writing them one by one",
+                    len(todo),
+                    type(exc).__name__,
+                    exc,
+                )
                 per_row = True
         self._wakeup.set()
 
@@ -644,8 +724,10 @@ class Worker:
         to_complete = [(e, o) for e, o in todo if o.kind == "completed" and not o.written]
         ours: set[int] = set()
         if to_complete:
-            ours = sql.complete_many(connection, [
-                (e.claimed.id, e.claimed.lease, outcomes.stored(o)) for e, o in to_complete])
+            ours = sql.complete_many(
+                connection,
+                [(e.claimed.id, e.claimed.lease, outcomes.stored(o)) for e, o in to_complete],
+            )
         for item in list(todo):
             entry, outcome = item
             if outcome.kind == "completed" and not outcome.written:
@@ -673,24 +755,38 @@ class Worker:
             else:
                 self._reported(entry, outcome, ok)
 
-    def _write_failed(self, connection: Any, entry: InFlight, outcome: Outcome,
-                      exc: BaseException) -> tuple[Outcome, bool | None]:
+    def _write_failed(
+        self, connection: Any, entry: InFlight, outcome: Outcome, exc: BaseException
+    ) -> tuple[Outcome, bool | None]:
         claimed = entry.claimed
-        logger.error("job %s (%s): its %s outcome could not be written (%s: %s); "
-                     "dead-lettering it", claimed.id, claimed.task, outcome.kind,
-                     type(exc).__name__, exc, extra=outcomes.log_extra(claimed, self.id))
+        logger.error(
+            "job %s (%s): its %s outcome could not be written (%s: %s); dead-lettering it",
+            claimed.id,
+            claimed.task,
+            outcome.kind,
+            type(exc).__name__,
+            exc,
+            extra=outcomes.log_extra(claimed, self.id),
+        )
         failure = RuntimeError(
             f"the {outcome.kind} outcome of job {claimed.id} could not be written: "
-            f"{type(exc).__name__}: {exc}")
-        dead = Outcome("dead", error=executor.error_entry(claimed.attempt, failure, self.id),
-                       exception=failure)
-        for error in (dead.error, {"attempt": claimed.attempt, "type": "builtins.RuntimeError",
-                                   "message": "the outcome could not be written",
-                                   "worker": self.id}):
+            f"{type(exc).__name__}: {exc}"
+        )
+        dead = Outcome(
+            "dead", error=executor.error_entry(claimed.attempt, failure, self.id), exception=failure
+        )
+        for error in (
+            dead.error,
+            {
+                "attempt": claimed.attempt,
+                "type": "builtins.RuntimeError",
+                "message": "the outcome could not be written",
+                "worker": self.id,
+            },
+        ):
             try:
                 assert error is not None
-                return dead, sql.dead(connection, id=claimed.id, lease=claimed.lease,
-                                      error=error)
+                return dead, sql.dead(connection, id=claimed.id, lease=claimed.lease, error=error)
             except CONNECTION_ERRORS:
                 raise
             except BaseException as again:  # noqa: BLE001
@@ -738,17 +834,26 @@ class Worker:
                     if entry is None or entry.context.is_cancelled():
                         continue
                     entry.context.cancel()
-                    outcomes.report_fenced(entry.claimed, "heartbeat", worker=self.id,
-                                           consequence="; its result will be rejected")
+                    outcomes.report_fenced(
+                        entry.claimed,
+                        "heartbeat",
+                        worker=self.id,
+                        consequence="; its result will be rejected",
+                    )
         finally:
             connection.close()
 
     # ------------------------------------------------------------------ Worker row
 
     def _worker_row(self) -> dict[str, Any]:
-        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                "queues": json.dumps(self.queues or ["*"]), "concurrency": self.concurrency,
-                "tasks": json.dumps(self.flow.tasks)}
+        return {
+            "id": self.id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": json.dumps(self.queues or ["*"]),
+            "concurrency": self.concurrency,
+            "tasks": json.dumps(self.flow.tasks),
+        }
 
     def _register_worker(self) -> None:
         try:

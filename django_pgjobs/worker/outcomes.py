@@ -20,8 +20,12 @@ logger = logging.getLogger("django_pgjobs")
 
 
 def log_extra(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
-    return {"job_id": claimed.id, "task": claimed.task, "attempt": claimed.attempt,
-            "worker": worker}
+    return {
+        "job_id": claimed.id,
+        "task": claimed.task,
+        "attempt": claimed.attempt,
+        "worker": worker,
+    }
 
 
 #: Callbacks waiting for the outcome of one attempt, keyed by (job id, lease):
@@ -46,15 +50,21 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
         return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, stored(outcome))]))
     assert outcome.error is not None
     if outcome.extra.get("timed_out"):
-        status = sql.timed_out(connection, id=claimed.id, lease=claimed.lease,
-                               retry=outcome.kind == "retry", delay=outcome.delay,
-                               error=outcome.error)
+        status = sql.timed_out(
+            connection,
+            id=claimed.id,
+            lease=claimed.lease,
+            retry=outcome.kind == "retry",
+            delay=outcome.delay,
+            error=outcome.error,
+        )
         if status == "dead" and outcome.kind == "retry":
             outcome.kind = "dead"  # attempts used up meanwhile (the statement decides)
         return status is not None
     if outcome.kind == "retry":
-        status = sql.retry_status(connection, id=claimed.id, lease=claimed.lease,
-                                  delay=outcome.delay, error=outcome.error)
+        status = sql.retry_status(
+            connection, id=claimed.id, lease=claimed.lease, delay=outcome.delay, error=outcome.error
+        )
         if status == "dead":
             outcome.kind = "dead"  # the attempts guard dead-lettered it: report that
         return status is not None
@@ -66,25 +76,44 @@ def stored(outcome: Outcome) -> Any:
     return outcome.value if outcome.encoded is None else sql.Encoded(outcome.encoded)
 
 
-def report_fenced(claimed: sql.Claimed, write: str, *, worker: str | None,
-                  consequence: str = "") -> None:
+def report_fenced(
+    claimed: sql.Claimed, write: str, *, worker: str | None, consequence: str = ""
+) -> None:
     """A write about ``claimed`` matched no row because its lease moved on: warn and
     send ``job_fenced``. Every fenced write (complete, retry, dead, release,
     heartbeat) is reported here, the same way."""
     logger.warning(
         "job %s (%s, attempt %s): lease %s lost; the %s write changed nothing "
         "(the job was reclaimed, cancelled or retried elsewhere)%s",
-        claimed.id, claimed.task, claimed.attempt, claimed.lease, write, consequence,
+        claimed.id,
+        claimed.task,
+        claimed.attempt,
+        claimed.lease,
+        write,
+        consequence,
         extra=log_extra(claimed, worker),
     )
-    signals.send(signals.job_fenced, job_id=claimed.id, task=claimed.task, queue=claimed.queue,
-                 lease=claimed.lease, worker=worker, write=write)
+    signals.send(
+        signals.job_fenced,
+        job_id=claimed.id,
+        task=claimed.task,
+        queue=claimed.queue,
+        lease=claimed.lease,
+        worker=worker,
+        write=write,
+    )
 
 
 def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
     """Log and signal what happened; never raises."""
-    base = {"job_id": claimed.id, "task": claimed.task, "queue": claimed.queue,
-            "attempt": claimed.attempt, "lease": claimed.lease, "worker": worker}
+    base = {
+        "job_id": claimed.id,
+        "task": claimed.task,
+        "queue": claimed.queue,
+        "attempt": claimed.attempt,
+        "lease": claimed.lease,
+        "worker": worker,
+    }
     extra = log_extra(claimed, worker)
     with _after_write_lock:
         callback = _after_write.pop((claimed.id, claimed.lease), None)
@@ -101,19 +130,40 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
         logger.debug("job %s (%s) completed", claimed.id, claimed.task, extra=extra)
         signals.send(signals.job_succeeded, result=outcome.value, **base)
     elif outcome.kind == "retry":
-        logger.info("job %s (%s, attempt %s/%s) failed: %s; retrying in %.2fs",
-                    claimed.id, claimed.task, claimed.attempt, claimed.max_attempts,
-                    _describe(outcome), outcome.delay, extra=extra)
-        signals.send(signals.job_failed, exception=outcome.exception,
-                     retry_in=outcome.delay, **base)
+        logger.info(
+            "job %s (%s, attempt %s/%s) failed: %s; retrying in %.2fs",
+            claimed.id,
+            claimed.task,
+            claimed.attempt,
+            claimed.max_attempts,
+            _describe(outcome),
+            outcome.delay,
+            extra=extra,
+        )
+        signals.send(
+            signals.job_failed, exception=outcome.exception, retry_in=outcome.delay, **base
+        )
     if outcome.extra.get("timed_out"):
-        signals.send(signals.job_timed_out, job_id=claimed.id, task=claimed.task,
-                     queue=claimed.queue, attempt=claimed.attempt, lease=claimed.lease,
-                     worker=worker, retry_in=outcome.delay if outcome.kind == "retry" else None)
+        signals.send(
+            signals.job_timed_out,
+            job_id=claimed.id,
+            task=claimed.task,
+            queue=claimed.queue,
+            attempt=claimed.attempt,
+            lease=claimed.lease,
+            worker=worker,
+            retry_in=outcome.delay if outcome.kind == "retry" else None,
+        )
     if outcome.kind == "dead":
-        logger.error("job %s (%s, attempt %s/%s) dead-lettered: %s",
-                     claimed.id, claimed.task, claimed.attempt, claimed.max_attempts,
-                     _describe(outcome), extra=extra)
+        logger.error(
+            "job %s (%s, attempt %s/%s) dead-lettered: %s",
+            claimed.id,
+            claimed.task,
+            claimed.attempt,
+            claimed.max_attempts,
+            _describe(outcome),
+            extra=extra,
+        )
         signals.send(signals.job_dead, exception=outcome.exception, **base)
 
 

@@ -39,8 +39,9 @@ class JobRunners(Generic[T]):
 
     def _new_thread(self) -> threading.Thread:
         self._made += 1
-        return threading.Thread(target=self._loop, name=f"{self._prefix}_{self._made - 1}",
-                                daemon=True)
+        return threading.Thread(
+            target=self._loop, name=f"{self._prefix}_{self._made - 1}", daemon=True
+        )
 
     def submit(self, item: T) -> None:
         self._queue.put(item)

@@ -98,20 +98,27 @@ SELECT DISTINCT jsonb_array_elements_text(tasks) FROM {sql.WORKER}
 
 def unknown_message(timeout: float) -> str:
     """A format() pattern for PostgreSQL: %L becomes the quoted task name."""
-    return (f"unknown task %L: no live worker has known it for {timeout:g}s "
-            f"(UNKNOWN_TASK_TIMEOUT). {DISCOVERY_HINT}.")
+    return (
+        f"unknown task %L: no live worker has known it for {timeout:g}s "
+        f"(UNKNOWN_TASK_TIMEOUT). {DISCOVERY_HINT}."
+    )
 
 
 def unknown_pending(connection: Any, *, stale_after: float) -> list[dict[str, Any]]:
     """``[{"task", "queue", "pending", "oldest"}]`` of jobs no live worker knows."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM " + sql.WORKER + " WHERE last_seen > now() - "
-                       "make_interval(secs => %s) LIMIT 1", [stale_after])
+        cursor.execute(
+            "SELECT 1 FROM " + sql.WORKER + " WHERE last_seen > now() - "
+            "make_interval(secs => %s) LIMIT 1",
+            [stale_after],
+        )
         if cursor.fetchone() is None:
             return []  # no live worker at all: jobs_status says so already
         cursor.execute(UNKNOWN_PENDING, {"stale_after": stale_after})
-        return [{"task": r[0], "queue": r[1], "pending": r[2],
-                 "oldest": r[3].total_seconds()} for r in cursor.fetchall()]
+        return [
+            {"task": r[0], "queue": r[1], "pending": r[2], "oldest": r[3].total_seconds()}
+            for r in cursor.fetchall()
+        ]
 
 
 def live_tasks(connection: Any, *, stale_after: float) -> set[str]:
@@ -136,16 +143,27 @@ class UnknownTaskSweeper:
 
     def run_once(self) -> dict[str, Any]:
         with connections[self.alias].cursor() as cursor:
-            cursor.execute(KNOWN_TASKS_TOUCH, {"stale_after": self.stale_after,
-                                               "every": self.interval / 2})
-            cursor.execute(JOB_DEAD_UNKNOWN, {
-                "timeout": self.timeout, "stale_after": self.stale_after, "batch": self.batch,
-                "type": f"{UnknownTask.__module__}.{UnknownTask.__qualname__}",
-                "message": unknown_message(self.timeout),
-            })
+            cursor.execute(
+                KNOWN_TASKS_TOUCH, {"stale_after": self.stale_after, "every": self.interval / 2}
+            )
+            cursor.execute(
+                JOB_DEAD_UNKNOWN,
+                {
+                    "timeout": self.timeout,
+                    "stale_after": self.stale_after,
+                    "batch": self.batch,
+                    "type": f"{UnknownTask.__module__}.{UnknownTask.__qualname__}",
+                    "message": unknown_message(self.timeout),
+                },
+            )
             dead = cursor.fetchall()
         for job_id, task in dead:
-            logger.error("job %s dead-lettered: unknown task %r (no live worker has known it "
-                         "for %gs). %s", job_id, task, self.timeout, DISCOVERY_HINT,
-                         extra={"job_id": job_id, "task": task})
+            logger.error(
+                "job %s dead-lettered: unknown task %r (no live worker has known it for %gs). %s",
+                job_id,
+                task,
+                self.timeout,
+                DISCOVERY_HINT,
+                extra={"job_id": job_id, "task": task},
+            )
         return {"dead": len(dead)}

@@ -12,8 +12,16 @@ class ProductAdmin(admin.ModelAdmin):
 
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
-    list_display = ["id", "email", "product", "quantity", "card_last4", "created_at",
-                    "paid_at", "invoiced_at"]
+    list_display = [
+        "id",
+        "email",
+        "product",
+        "quantity",
+        "card_last4",
+        "created_at",
+        "paid_at",
+        "invoiced_at",
+    ]
     list_filter = ["card_last4", "product"]
 
 

@@ -36,8 +36,14 @@ def network_call() -> None:
     time.sleep(random.uniform(0.05, 0.2))
 
 
-@job(queue="payments", priority=10, max_attempts=4,
-     retry_on=(GatewayTimeout,), discard_on=(CardDeclined,), takes_context=True)
+@job(
+    queue="payments",
+    priority=10,
+    max_attempts=4,
+    retry_on=(GatewayTimeout,),
+    discard_on=(CardDeclined,),
+    takes_context=True,
+)
 def capture_payment(context: JobContext, order_id: int) -> dict[str, object]:
     order = Order.objects.get(pk=order_id)
     if order.paid_at is not None:  # at-least-once: an earlier attempt may have got here

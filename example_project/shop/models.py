@@ -8,7 +8,7 @@ from django.db import models
 # in jobs.py behaves by the last four digits.
 CARD_OK = "4242"
 CARD_TIMES_OUT_ONCE = "0119"  # the gateway times out on the first try: the job retries
-CARD_DECLINED = "0002"        # declined: retrying cannot help, the job is dead-lettered
+CARD_DECLINED = "0002"  # declined: retrying cannot help, the job is dead-lettered
 CARD_CHOICES = [
     (CARD_OK, "…4242 (pays)"),
     (CARD_TIMES_OUT_ONCE, "…0119 (gateway times out once, then pays)"),
@@ -27,7 +27,9 @@ class Product(models.Model):
             # The last line of defence against overselling: two buyers racing for the
             # last lamp cannot both win, and the loser's whole transaction (order AND
             # invoice job) rolls back.
-            models.CheckConstraint(condition=models.Q(stock__gte=0), name="shop_stock_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(stock__gte=0), name="shop_stock_not_negative"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -13,8 +13,9 @@ class OutOfStock(Exception):
     """Raised after the whole order transaction — jobs included — was rolled back."""
 
 
-def place_order(*, email: str, product: Product, quantity: int = 1,
-                card_last4: str = CARD_OK) -> Order:
+def place_order(
+    *, email: str, product: Product, quantity: int = 1, card_last4: str = CARD_OK
+) -> Order:
     """Create the order, enqueue its payment and invoice email, take the stock.
 
     The job rows are ordinary INSERTs in this transaction (no ``on_commit``): if
@@ -25,8 +26,9 @@ def place_order(*, email: str, product: Product, quantity: int = 1,
     """
     try:
         with transaction.atomic():
-            order = Order.objects.create(email=email, product=product, quantity=quantity,
-                                         card_last4=card_last4)
+            order = Order.objects.create(
+                email=email, product=product, quantity=quantity, card_last4=card_last4
+            )
             capture_payment.enqueue(order.id)
             send_invoice_email.using(idempotency_key=f"invoice:{order.id}").enqueue(order.id)
             Product.objects.filter(pk=product.pk).update(stock=F("stock") - quantity)

@@ -22,9 +22,15 @@ class OrderViewTests(TestCase):
         self.teapot = Product.objects.get(sku="TEAPOT")
 
     def post(self, product: Product, quantity: int = 1, card: str = CARD_OK):
-        return self.client.post(reverse("shop:orders"), {
-            "email": "ada@example.com", "product": product.pk, "quantity": quantity,
-            "card_last4": card})
+        return self.client.post(
+            reverse("shop:orders"),
+            {
+                "email": "ada@example.com",
+                "product": product.pk,
+                "quantity": quantity,
+                "card_last4": card,
+            },
+        )
 
     def test_an_order_and_its_jobs_are_created_together(self) -> None:
         response = self.post(self.lamp, quantity=2)
@@ -34,8 +40,9 @@ class OrderViewTests(TestCase):
         jobs = {job.task: job for job in Job.objects.all()}
         self.assertEqual(set(jobs), {"shop.jobs.capture_payment", "shop.jobs.send_invoice_email"})
         self.assertEqual(jobs["shop.jobs.send_invoice_email"].args, [order.pk])
-        self.assertEqual(jobs["shop.jobs.send_invoice_email"].idempotency_key,
-                         f"invoice:{order.pk}")
+        self.assertEqual(
+            jobs["shop.jobs.send_invoice_email"].idempotency_key, f"invoice:{order.pk}"
+        )
         self.assertEqual(jobs["shop.jobs.capture_payment"].queue, "payments")
         self.lamp.refresh_from_db()
         self.assertEqual(self.lamp.stock, 48)
@@ -48,8 +55,11 @@ class OrderViewTests(TestCase):
         self.assertEqual(response.status_code, 200)
         self.assertContains(response, "no job was enqueued")
         # The job INSERTs did run, inside the order's transaction...
-        inserts = [q["sql"] for q in queries.captured_queries
-                   if re.search(r'INSERT INTO "?django_pgjobs_job"? ', q["sql"])]
+        inserts = [
+            q["sql"]
+            for q in queries.captured_queries
+            if re.search(r'INSERT INTO "?django_pgjobs_job"? ', q["sql"])
+        ]
         self.assertEqual(len(inserts), 2)
         # ...and the stock constraint rolled them back with the order.
         self.assertFalse(Order.objects.exists())
@@ -67,9 +77,15 @@ class OrderViewTests(TestCase):
 
 class JobTests(TestCase):
     def place(self, card: str) -> Order:
-        self.client.post(reverse("shop:orders"), {
-            "email": "ada@example.com", "product": Product.objects.get(sku="MUG").pk,
-            "quantity": 1, "card_last4": card})
+        self.client.post(
+            reverse("shop:orders"),
+            {
+                "email": "ada@example.com",
+                "product": Product.objects.get(sku="MUG").pk,
+                "quantity": 1,
+                "card_last4": card,
+            },
+        )
         return Order.objects.latest("id")
 
     def test_payment_and_invoice_complete(self) -> None:

@@ -30,16 +30,19 @@ def order_view(request: HttpRequest) -> HttpResponse:
         except OutOfStock as exc:
             form.add_error("quantity", f"{exc}: nothing was saved and no job was enqueued.")
         else:
-            messages.success(request, f"Order #{order.pk} placed; its payment and invoice "
-                                      "email are queued. Reload to watch them finish.")
+            messages.success(
+                request,
+                f"Order #{order.pk} placed; its payment and invoice "
+                "email are queued. Reload to watch them finish.",
+            )
             return redirect("shop:orders")
     orders = list(Order.objects.select_related("product")[:20])
     jobs_by_order: dict[int, list[Job]] = {order.pk: [] for order in orders}
-    order_jobs = Job.objects.filter(task__in=[capture_payment.name, send_invoice_email.name],
-                                    args__0__in=list(jobs_by_order))
+    order_jobs = Job.objects.filter(
+        task__in=[capture_payment.name, send_invoice_email.name], args__0__in=list(jobs_by_order)
+    )
     for job in order_jobs.order_by("id"):
         jobs_by_order[job.args[0]].append(job)
     rows = [(order, jobs_by_order[order.pk]) for order in orders]
     products = Product.objects.order_by("sku")
-    return render(request, "shop/orders.html",
-                  {"form": form, "rows": rows, "products": products})
+    return render(request, "shop/orders.html", {"form": form, "rows": rows, "products": products})

@@ -68,8 +68,14 @@ CREATE TABLE IF NOT EXISTS fault_effects (
 
 def django_env(url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PGJOBS_WORKER_DB_NAME"}
-    env.update({"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings",
-                "PYTHONPATH": str(ROOT), **extra})
+    env.update(
+        {
+            "DATABASE_URL": url,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": str(ROOT),
+            **extra,
+        }
+    )
     return env
 
 
@@ -77,16 +83,25 @@ def django_env(url: str, **extra: str) -> dict[str, str]:
 def cluster() -> Iterator[TempCluster]:
     try:
         # log_lock_waits / deadlock reports land in server.log, which tests grep.
-        c = TempCluster(name="faults", conf={"log_min_messages": "warning",
-                                              "max_connections": "200",
-                                              "deadlock_timeout": "'200ms'"})
+        c = TempCluster(
+            name="faults",
+            conf={
+                "log_min_messages": "warning",
+                "max_connections": "200",
+                "deadlock_timeout": "'200ms'",
+            },
+        )
     except RuntimeError as exc:
         pytest.skip(f"fault suite needs PostgreSQL server binaries: {exc}")
     c.start()
     try:
         c.create_database(DBNAME)
-        subprocess.run([sys.executable, "-m", "django", "migrate", "-v0"], cwd=ROOT,
-                       env=django_env(c.url(DBNAME)), check=True)
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "-v0"],
+            cwd=ROOT,
+            env=django_env(c.url(DBNAME)),
+            check=True,
+        )
         with psycopg.connect(c.dsn(DBNAME), autocommit=True) as conn:
             conn.execute(EFFECTS_DDL)
         yield c
@@ -98,8 +113,10 @@ def cluster() -> Iterator[TempCluster]:
 def db(cluster: TempCluster) -> Iterator[psycopg.Connection]:
     """An autocommit connection to the suite's database, on empty tables."""
     with psycopg.connect(cluster.dsn(DBNAME), autocommit=True) as conn:
-        conn.execute("TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_worker,"
-                     " django_pgjobs_queue, django_pgjobs_knowntask, fault_effects RESTART IDENTITY")
+        conn.execute(
+            "TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_worker,"
+            " django_pgjobs_queue, django_pgjobs_knowntask, fault_effects RESTART IDENTITY"
+        )
         yield conn
 
 
@@ -113,8 +130,7 @@ class Workers:
         self.signal_log = tmp / "signals.jsonl"
 
     def start(self, *args: str, url: str | None = None, **env: str) -> WorkerProcess:
-        full_env = django_env(url or self.url, PGJOBS_FAULT_SIGNAL_LOG=str(self.signal_log),
-                              **env)
+        full_env = django_env(url or self.url, PGJOBS_FAULT_SIGNAL_LOG=str(self.signal_log), **env)
         worker = WorkerProcess(list(args), full_env, self.tmp / f"worker-{len(self.started)}.log")
         self.started.append(worker)
         return worker
@@ -138,8 +154,9 @@ def workdir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def workers(cluster: TempCluster, db: psycopg.Connection, workdir: Path,
-            request: pytest.FixtureRequest) -> Iterator[Workers]:
+def workers(
+    cluster: TempCluster, db: psycopg.Connection, workdir: Path, request: pytest.FixtureRequest
+) -> Iterator[Workers]:
     w = Workers(cluster.url(DBNAME), workdir)
     yield w
     failed = getattr(request.node, "rep_call", None)
@@ -160,19 +177,37 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 # Enqueueing and reading rows (psycopg, straight to the table)
 # ---------------------------------------------------------------------------
 
-JOB_COLUMNS = ("id, task, status, attempts, max_attempts, lease, worker, errors, last_error, "
-               "started_at, finished_at, heartbeat_at, run_at, queue, priority, args")
+JOB_COLUMNS = (
+    "id, task, status, attempts, max_attempts, lease, worker, errors, last_error, "
+    "started_at, finished_at, heartbeat_at, run_at, queue, priority, args"
+)
 
 
-def enqueue(conn: psycopg.Connection, task: str, *, args: Sequence[Any] = (),
-            kwargs: dict[str, Any] | None = None, max_attempts: int = 5, queue: str = "default",
-            priority: int = 0, delay: float = 0.0) -> int:
+def enqueue(
+    conn: psycopg.Connection,
+    task: str,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    max_attempts: int = 5,
+    queue: str = "default",
+    priority: int = 0,
+    delay: float = 0.0,
+) -> int:
     row = conn.execute(
         "INSERT INTO django_pgjobs_job (task, args, kwargs, max_attempts, queue, priority, run_at)"
         " VALUES (%s, %s::jsonb, %s::jsonb, %s, %s, %s, now() + make_interval(secs => %s))"
         " RETURNING id",
-        [task, json.dumps(list(args)), json.dumps(kwargs or {}), max_attempts, queue, priority,
-         delay]).fetchone()
+        [
+            task,
+            json.dumps(list(args)),
+            json.dumps(kwargs or {}),
+            max_attempts,
+            queue,
+            priority,
+            delay,
+        ],
+    ).fetchone()
     assert row is not None
     conn.execute("SELECT pg_notify('pgjobs', %s)", [queue])
     return int(row[0])
@@ -180,8 +215,9 @@ def enqueue(conn: psycopg.Connection, task: str, *, args: Sequence[Any] = (),
 
 def job_row(conn: psycopg.Connection, job_id: int) -> dict[str, Any]:
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        row = cur.execute(f"SELECT {JOB_COLUMNS} FROM django_pgjobs_job WHERE id = %s",
-                          [job_id]).fetchone()
+        row = cur.execute(
+            f"SELECT {JOB_COLUMNS} FROM django_pgjobs_job WHERE id = %s", [job_id]
+        ).fetchone()
     assert row is not None, f"job {job_id} is gone"
     return row
 
@@ -196,12 +232,14 @@ def effects(conn: psycopg.Connection, job_id: int, phase: str | None = None) -> 
 
 
 def status_counts(conn: psycopg.Connection) -> dict[str, int]:
-    return dict(conn.execute(
-        "SELECT status, count(*) FROM django_pgjobs_job GROUP BY status").fetchall())
+    return dict(
+        conn.execute("SELECT status, count(*) FROM django_pgjobs_job GROUP BY status").fetchall()
+    )
 
 
-def wait_status(conn: psycopg.Connection, job_id: int, status: str, timeout: float = 20,
-                **match: Any) -> dict[str, Any]:
+def wait_status(
+    conn: psycopg.Connection, job_id: int, status: str, timeout: float = 20, **match: Any
+) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         row = job_row(conn, job_id)
         if row["status"] == status and all(row[k] == v for k, v in match.items()):
@@ -211,8 +249,9 @@ def wait_status(conn: psycopg.Connection, job_id: int, status: str, timeout: flo
     return wait_until(check, timeout=timeout, message=f"job {job_id} {status} {match}")
 
 
-def wait_effect(conn: psycopg.Connection, job_id: int, phase: str, lease: int | None = None,
-                timeout: float = 20) -> None:
+def wait_effect(
+    conn: psycopg.Connection, job_id: int, phase: str, lease: int | None = None, timeout: float = 20
+) -> None:
     def check() -> bool:
         return any(lease is None or e[0] == lease for e in effects(conn, job_id, phase))
 

@@ -32,8 +32,10 @@ def _admin_client() -> Any:
 
 def _admin_action(action: str, ids: list[int]) -> dict[str, Any]:
     client = _admin_client()
-    response = client.post("/admin/django_pgjobs/job/", {
-        "action": action, "_selected_action": [str(i) for i in ids], "index": "0"})
+    response = client.post(
+        "/admin/django_pgjobs/job/",
+        {"action": action, "_selected_action": [str(i) for i in ids], "index": "0"},
+    )
     return {"ok": response.status_code in (200, 302), "status": response.status_code}
 
 
@@ -104,8 +106,9 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if action in ("cancel_selected", "retry_selected"):
-        return _admin_action({"cancel_selected": "cancel_jobs", "retry_selected": "retry_now"}[action],
-                             arg["ids"])
+        return _admin_action(
+            {"cancel_selected": "cancel_jobs", "retry_selected": "retry_now"}[action], arg["ids"]
+        )
     if action == "admin_pages":
         client = _admin_client()
         codes = [client.get(path).status_code for path in arg["paths"]]
@@ -128,8 +131,11 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         first_error = None
         for _ in range(2):  # the Tasks API has no idempotency key: a retry may duplicate
             try:
-                return {"ok": True, "id": int(calculate_meaning_of_life.enqueue().id),
-                        "error": first_error}
+                return {
+                    "ok": True,
+                    "id": int(calculate_meaning_of_life.enqueue().id),
+                    "error": first_error,
+                }
             except Exception as exc:  # noqa: BLE001
                 first_error = f"{type(exc).__name__}: {exc}"
         return {"ok": False, "error": first_error}

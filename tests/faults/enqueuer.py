@@ -34,8 +34,10 @@ def main() -> None:
             try:
                 job = definition.using(idempotency_key=f"{prefix}-{n}").enqueue()
             except Exception as exc:  # noqa: BLE001 - the database is failing over: retry
-                print(f"enqueue {prefix}-{n} failed, retrying: {type(exc).__name__}: {exc}",
-                      flush=True)
+                print(
+                    f"enqueue {prefix}-{n} failed, retrying: {type(exc).__name__}: {exc}",
+                    flush=True,
+                )
                 connection.close()
                 time.sleep(0.2)
                 continue

@@ -43,8 +43,9 @@ MODES = ("raise", "ambiguous", "terminate")
 _WS = re.compile(r"\s+")
 _IN_LIST = re.compile(r"IN \((?:%s, )*%s\)")
 _TABLE = re.compile(r'"?(django_pgjobs_\w+)"?')
-_WRITE = re.compile(r"\b(INSERT|UPDATE|DELETE|FOR UPDATE|FOR NO KEY UPDATE|pg_notify|COPY)\b",
-                    re.IGNORECASE)
+_WRITE = re.compile(
+    r"\b(INSERT|UPDATE|DELETE|FOR UPDATE|FOR NO KEY UPDATE|pg_notify|COPY)\b", re.IGNORECASE
+)
 
 
 def _normal(text: str) -> str:
@@ -57,8 +58,12 @@ def sql_constants() -> dict[str, str]:
 
     out = {}
     for name, value in vars(sql).items():
-        if name.isupper() and not name.startswith("_") and isinstance(value, str) and re.match(
-                r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP)\b", value):
+        if (
+            name.isupper()
+            and not name.startswith("_")
+            and isinstance(value, str)
+            and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP)\b", value)
+        ):
             out[name] = value
     return out
 
@@ -67,9 +72,14 @@ def skew_constants() -> dict[str, str]:
     """The SQL constants of ``django_pgjobs.worker.skew`` (the unknown-task sweeper's)."""
     from django_pgjobs.worker import skew
 
-    return {name: value for name, value in vars(skew).items()
-            if name.isupper() and not name.startswith("_") and isinstance(value, str)
-            and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", value)}
+    return {
+        name: value
+        for name, value in vars(skew).items()
+        if name.isupper()
+        and not name.startswith("_")
+        and isinstance(value, str)
+        and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", value)
+    }
 
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] | None = None
@@ -109,8 +119,9 @@ def statement_name(sql_text: str) -> str:
 
 
 def is_read_only(sql_text: str) -> bool:
-    return (re.match(r"(SELECT|WITH)\b", _normal(sql_text).upper()) is not None
-            and not _WRITE.search(sql_text))
+    return re.match(
+        r"(SELECT|WITH)\b", _normal(sql_text).upper()
+    ) is not None and not _WRITE.search(sql_text)
 
 
 class Injector:
@@ -151,31 +162,53 @@ class Injector:
             self.fired += 1
             return True
 
-    def __call__(self, execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-                 context: dict[str, Any]) -> Any:
+    def __call__(
+        self,
+        execute: Callable[..., Any],
+        sql_text: str,
+        params: Any,
+        many: bool,
+        context: dict[str, Any],
+    ) -> Any:
         name = statement_name(sql_text)
         self._append("log", name)
         if self.plan.get("texts"):
             self._append("texts", json.dumps([name, sql_text]))
         if not self._should_fire(name, sql_text):
             return execute(sql_text, params, many, context)
-        self._append("fired", json.dumps({"statement": name, "mode": self.mode,
-                                          "pid": os.getpid(),
-                                          "thread": threading.current_thread().name}))
+        self._append(
+            "fired",
+            json.dumps(
+                {
+                    "statement": name,
+                    "mode": self.mode,
+                    "pid": os.getpid(),
+                    "thread": threading.current_thread().name,
+                }
+            ),
+        )
         return getattr(self, f"_{self.mode}")(execute, sql_text, params, many, context)
 
     # -- the three faults -------------------------------------------------------
 
     @staticmethod
-    def _raise(execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-               context: dict[str, Any]) -> Any:
+    def _raise(
+        execute: Callable[..., Any], sql_text: str, params: Any, many: bool, context: dict[str, Any]
+    ) -> Any:
         from django.db import OperationalError
 
-        raise OperationalError("pgjobs fault injection: the statement failed before reaching "
-                               "the server")
+        raise OperationalError(
+            "pgjobs fault injection: the statement failed before reaching the server"
+        )
 
-    def _ambiguous(self, execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-                   context: dict[str, Any]) -> Any:
+    def _ambiguous(
+        self,
+        execute: Callable[..., Any],
+        sql_text: str,
+        params: Any,
+        many: bool,
+        context: dict[str, Any],
+    ) -> Any:
         from django.db import OperationalError
 
         execute(sql_text, params, many, context)  # in autocommit: committed now
@@ -186,11 +219,19 @@ class Injector:
             db.connection.close()
         except Exception:  # noqa: BLE001
             pass
-        raise OperationalError("pgjobs fault injection: server closed the connection before "
-                               "the reply (the statement may have committed)")
+        raise OperationalError(
+            "pgjobs fault injection: server closed the connection before "
+            "the reply (the statement may have committed)"
+        )
 
-    def _terminate(self, execute: Callable[..., Any], sql_text: str, params: Any, many: bool,
-                   context: dict[str, Any]) -> Any:
+    def _terminate(
+        self,
+        execute: Callable[..., Any],
+        sql_text: str,
+        params: Any,
+        many: bool,
+        context: dict[str, Any],
+    ) -> Any:
         import psycopg
         from django.db import OperationalError
 
@@ -205,15 +246,17 @@ class Injector:
             params_ = db.get_connection_params()
             for key in ("cursor_factory", "context", "server_side_binding"):
                 params_.pop(key, None)
-            killer = threading.Thread(target=_terminate_when_sleeping, args=(params_, pid),
-                                      daemon=True)
+            killer = threading.Thread(
+                target=_terminate_when_sleeping, args=(params_, pid), daemon=True
+            )
             killer.start()
             try:
                 raw.execute(f"SELECT pg_sleep(30) /* {SLEEP_MARK} */")
             except psycopg.Error as exc:
                 db.errors_occurred = True
                 raise OperationalError(
-                    f"pgjobs fault injection: backend terminated mid-transaction: {exc}") from exc
+                    f"pgjobs fault injection: backend terminated mid-transaction: {exc}"
+                ) from exc
             finally:
                 killer.join(timeout=10)
             raise AssertionError("pg_terminate_backend did not end the session")
@@ -229,7 +272,9 @@ def _terminate_when_sleeping(params: dict[str, Any], pid: int) -> None:
         while time.monotonic() < deadline:
             row = conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE pid = %s AND query LIKE %s", [pid, f"%{SLEEP_MARK}%"]).fetchone()
+                " WHERE pid = %s AND query LIKE %s",
+                [pid, f"%{SLEEP_MARK}%"],
+            ).fetchone()
             if row and row[0]:
                 return
             time.sleep(0.01)
@@ -277,17 +322,35 @@ def _connect_signals() -> None:
 
 def _task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
     assert _INJECTOR is not None
-    _INJECTOR._append("signals", json.dumps({
-        "signal": "task_finished", "pid": os.getpid(), "job_id": int(task_result.id),
-        "status": str(getattr(task_result.status, "name", task_result.status))}))
+    _INJECTOR._append(
+        "signals",
+        json.dumps(
+            {
+                "signal": "task_finished",
+                "pid": os.getpid(),
+                "job_id": int(task_result.id),
+                "status": str(getattr(task_result.status, "name", task_result.status)),
+            }
+        ),
+    )
 
 
 def _make_logger(name: str) -> Callable[..., None]:
     def receiver(**kwargs: Any) -> None:
         assert _INJECTOR is not None
-        _INJECTOR._append("signals", json.dumps({
-            "signal": name, "pid": os.getpid(), "job_id": kwargs.get("job_id"),
-            "lease": kwargs.get("lease"), "write": kwargs.get("write")}))
+        _INJECTOR._append(
+            "signals",
+            json.dumps(
+                {
+                    "signal": name,
+                    "pid": os.getpid(),
+                    "job_id": kwargs.get("job_id"),
+                    "lease": kwargs.get("lease"),
+                    "write": kwargs.get("write"),
+                }
+            ),
+        )
+
     return receiver
 
 

@@ -49,15 +49,15 @@ class Row:
     """One statement as one caller issues it."""
 
     label: str
-    statement: str           # "sql.NAME", "skew.NAME", "orm:..." or "*read" (every read)
-    kind: str                # worker | shutdown | cron | driver
-    skip: int = 0            # matching calls let through before the fault
+    statement: str  # "sql.NAME", "skew.NAME", "orm:..." or "*read" (every read)
+    kind: str  # worker | shutdown | cron | driver
+    skip: int = 0  # matching calls let through before the fault
     args: tuple[str, ...] = ()
-    action: str = ""         # driver action
+    action: str = ""  # driver action
     times: int = 1
-    django6: bool = False    # the Tasks backend: Django >= 6.0 only
-    linger: float = 0.0      # ambiguous: seconds between the commit and the error
-    setup: str = ""          # flow workload: unknown | unknown_dead | max_running | rate | keyed
+    django6: bool = False  # the Tasks backend: Django >= 6.0 only
+    linger: float = 0.0  # ambiguous: seconds between the commit and the error
+    setup: str = ""  # flow workload: unknown | unknown_dead | max_running | rate | keyed
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
 
     @property
@@ -67,10 +67,18 @@ class Row:
 
 ROWS: tuple[Row, ...] = (
     Row("worker: claim, every queue", "sql.JOB_CLAIM_ALL", "worker"),
-    Row("worker: claim, one queue", "sql.JOB_CLAIM_ONE_QUEUE", "worker",
-        args=("--queues", "default")),
-    Row("worker: claim, several queues", "sql.JOB_CLAIM_QUEUES", "worker",
-        args=("--queues", "default,other")),
+    Row(
+        "worker: claim, one queue",
+        "sql.JOB_CLAIM_ONE_QUEUE",
+        "worker",
+        args=("--queues", "default"),
+    ),
+    Row(
+        "worker: claim, several queues",
+        "sql.JOB_CLAIM_QUEUES",
+        "worker",
+        args=("--queues", "default,other"),
+    ),
     Row("worker: complete (atomic job, in its transaction)", "sql.JOB_COMPLETE_MANY", "worker"),
     Row("worker: complete (completer)", "sql.JOB_COMPLETE_MANY", "worker", skip=1),
     Row("worker: stored result of a key", "sql.RESULT_BY_KEY", "worker"),
@@ -81,20 +89,47 @@ ROWS: tuple[Row, ...] = (
     # Flow control (flow.py): after a job of a task it does not know (deploy skew) a
     # worker claims with the known-task filter; a queue row with a limit, or a loaded
     # task with a concurrency key, makes it take FLOW_LOCK and the limited claim.
-    Row("worker: claim known tasks, every queue", "sql.JOB_CLAIM_ALL_KNOWN", "worker",
-        setup="unknown"),
-    Row("worker: claim known tasks, one queue", "sql.JOB_CLAIM_ONE_QUEUE_KNOWN", "worker",
-        args=("--queues", "default"), setup="unknown"),
-    Row("worker: claim known tasks, several queues", "sql.JOB_CLAIM_QUEUES_KNOWN", "worker",
-        args=("--queues", "default,other"), setup="unknown"),
-    Row("worker: limited claim, every queue (max_running)", "sql.JOB_CLAIM_LIMITED_ALL",
-        "worker", setup="max_running"),
-    Row("worker: limited claim, every queue (keyed job)", "sql.JOB_CLAIM_LIMITED_ALL",
-        "worker", setup="keyed", env=(("PGJOBS_TEST_KEYED", "1"),)),
-    Row("worker: limited claim, listed queues (rate)", "sql.JOB_CLAIM_LIMITED_QUEUES",
-        "worker", args=("--queues", "default,other"), setup="rate"),
-    Row("worker: limited claim's advisory lock", "sql.FLOW_LOCK", "worker",
-        setup="max_running"),
+    Row(
+        "worker: claim known tasks, every queue",
+        "sql.JOB_CLAIM_ALL_KNOWN",
+        "worker",
+        setup="unknown",
+    ),
+    Row(
+        "worker: claim known tasks, one queue",
+        "sql.JOB_CLAIM_ONE_QUEUE_KNOWN",
+        "worker",
+        args=("--queues", "default"),
+        setup="unknown",
+    ),
+    Row(
+        "worker: claim known tasks, several queues",
+        "sql.JOB_CLAIM_QUEUES_KNOWN",
+        "worker",
+        args=("--queues", "default,other"),
+        setup="unknown",
+    ),
+    Row(
+        "worker: limited claim, every queue (max_running)",
+        "sql.JOB_CLAIM_LIMITED_ALL",
+        "worker",
+        setup="max_running",
+    ),
+    Row(
+        "worker: limited claim, every queue (keyed job)",
+        "sql.JOB_CLAIM_LIMITED_ALL",
+        "worker",
+        setup="keyed",
+        env=(("PGJOBS_TEST_KEYED", "1"),),
+    ),
+    Row(
+        "worker: limited claim, listed queues (rate)",
+        "sql.JOB_CLAIM_LIMITED_QUEUES",
+        "worker",
+        args=("--queues", "default,other"),
+        setup="rate",
+    ),
+    Row("worker: limited claim's advisory lock", "sql.FLOW_LOCK", "worker", setup="max_running"),
     Row("worker: read the queue limits", "sql.QUEUE_LIMITS", "worker", setup="max_running"),
     Row("worker: heartbeat", "sql.JOB_HEARTBEAT", "worker"),
     Row("worker: register", "sql.WORKER_UPSERT", "worker"),
@@ -104,35 +139,68 @@ ROWS: tuple[Row, ...] = (
     Row("worker: give up a timed-out run", "sql.JOB_TIMED_OUT", "timeout"),
     Row("worker: dead-letter rows with no attempts left", "sql.JOB_DEAD_EXHAUSTED", "exhausted"),
     Row("unknown-task sweeper: record known tasks", "skew.KNOWN_TASKS_TOUCH", "worker"),
-    Row("unknown-task sweeper: dead-letter (timeout 1 s)", "skew.JOB_DEAD_UNKNOWN", "worker",
-        setup="unknown_dead", env=(("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "1"),)),
+    Row(
+        "unknown-task sweeper: dead-letter (timeout 1 s)",
+        "skew.JOB_DEAD_UNKNOWN",
+        "worker",
+        setup="unknown_dead",
+        env=(("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "1"),),
+    ),
     Row("reaper: reclaim stale", "sql.JOB_REAP_STALE", "worker"),
     Row("reaper: forget stale workers", "sql.WORKER_FORGET_STALE", "worker"),
     Row("pruner: delete a batch", "sql.JOB_PRUNE_BATCH", "worker"),
     Row("cron ticker: enqueue a fire time", "sql.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "sql.JOB_INSERT", "driver", action="enqueue"),
-    Row("enqueue with a delay (retried once)", "sql.JOB_INSERT_DELAYED", "driver",
-        action="enqueue_delayed"),
-    Row("enqueue unique_while (retried once)", "sql.JOB_INSERT_FLOW", "driver",
-        action="enqueue_unique"),
-    Row("enqueue unique_while with a delay (retried once)", "sql.JOB_INSERT_FLOW_DELAYED",
-        "driver", action="enqueue_unique_delayed"),
+    Row(
+        "enqueue with a delay (retried once)",
+        "sql.JOB_INSERT_DELAYED",
+        "driver",
+        action="enqueue_delayed",
+    ),
+    Row(
+        "enqueue unique_while (retried once)",
+        "sql.JOB_INSERT_FLOW",
+        "driver",
+        action="enqueue_unique",
+    ),
+    Row(
+        "enqueue unique_while with a delay (retried once)",
+        "sql.JOB_INSERT_FLOW_DELAYED",
+        "driver",
+        action="enqueue_unique_delayed",
+    ),
     Row("enqueue: existing key", "sql.JOB_BY_KEY", "driver", action="enqueue_twice"),
     Row("enqueue_many: notify after COPY", "sql.JOB_NOTIFY", "driver", action="enqueue_many"),
     # Fails resume_queue's first notify (pause_queue's is let through): a queue left
     # paused would leave the fresh job pending.
-    Row("resume_queue (retried once): queue-change notify", "sql.JOB_NOTIFY", "driver",
-        action="pause_resume", skip=1),
+    Row(
+        "resume_queue (retried once): queue-change notify",
+        "sql.JOB_NOTIFY",
+        "driver",
+        action="pause_resume",
+        skip=1,
+    ),
     Row("admin: cancel", "sql.JOB_CANCEL", "driver", action="cancel_selected"),
     Row("admin: retry", "sql.JOB_RETRY_NOW", "driver", action="retry_selected"),
     Row("run_jobs: claim", "sql.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
     Row("run_jobs: complete", "sql.JOB_COMPLETE_MANY", "driver", action="run_jobs"),
     Row("run_jobs: retry", "sql.JOB_RETRY", "driver", action="run_jobs"),
     Row("run_jobs: dead-letter", "sql.JOB_DEAD", "driver", action="run_jobs"),
-    Row("Tasks backend: enqueue (retried once)", "sql.JOB_INSERT", "driver",
-        action="tasks_enqueue", django6=True),
-    Row("Tasks backend: get_result, every read", "*read", "driver", action="tasks_get_result",
-        times=0, django6=True),
+    Row(
+        "Tasks backend: enqueue (retried once)",
+        "sql.JOB_INSERT",
+        "driver",
+        action="tasks_enqueue",
+        django6=True,
+    ),
+    Row(
+        "Tasks backend: get_result, every read",
+        "*read",
+        "driver",
+        action="tasks_get_result",
+        times=0,
+        django6=True,
+    ),
     Row("admin pages: every read", "*read", "driver", action="admin_pages", times=0),
     Row("jobs_status: every read", "*read", "driver", action="jobs_status", times=0),
     Row("prune --dry-run: every read", "*read", "driver", action="prune_dry_run", times=0),
@@ -143,7 +211,7 @@ NOT_RUNTIME = {
     "sql.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
     "sql.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
     "sql.JOB_LEASE_CHECK": "not used by the package (atomic jobs fence through "
-                           "JOB_COMPLETE_MANY in their transaction)",
+    "JOB_COMPLETE_MANY in their transaction)",
 }
 
 
@@ -174,10 +242,19 @@ class Scenario:
         return self.tmp / "fired.jsonl"
 
     def write_plan(self) -> None:
-        self.plan_path.write_text(json.dumps({
-            "statement": self.row.statement, "mode": self.mode, "skip": self.row.skip,
-            "times": self.row.times, "linger": self.row.linger, "fired": str(self.fired_path),
-            "signals": str(self.signals_path)}))
+        self.plan_path.write_text(
+            json.dumps(
+                {
+                    "statement": self.row.statement,
+                    "mode": self.mode,
+                    "skip": self.row.skip,
+                    "times": self.row.times,
+                    "linger": self.row.linger,
+                    "fired": str(self.fired_path),
+                    "signals": str(self.signals_path),
+                }
+            )
+        )
 
     def clean_plan(self) -> Path:
         """A plan that only records signals (for the clean processes)."""
@@ -187,17 +264,27 @@ class Scenario:
 
     # -- workloads -------------------------------------------------------------------
 
-    def insert(self, task: str, *, kwargs: dict[str, Any] | None = None, priority: int = 0,
-               key: str | None = None, max_attempts: int = 5, queue: str = "default",
-               allowed: tuple[str, ...] = ("completed",), extra: str = "") -> int:
+    def insert(
+        self,
+        task: str,
+        *,
+        kwargs: dict[str, Any] | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        max_attempts: int = 5,
+        queue: str = "default",
+        allowed: tuple[str, ...] = ("completed",),
+        extra: str = "",
+    ) -> int:
         cols = "task, args, kwargs, priority, idempotency_key, max_attempts, queue, run_at"
         vals = "%s, '[]'::jsonb, %s::jsonb, %s, %s, %s, %s, now()"
         params: list[Any] = [task, json.dumps(kwargs or {}), priority, key, max_attempts, queue]
         if extra:
             cols += ", status, attempts, lease, worker, started_at, heartbeat_at, finished_at"
             vals += f", {extra}"
-        row = self.db.execute(f"INSERT INTO django_pgjobs_job ({cols}) VALUES ({vals})"
-                              " RETURNING id", params).fetchone()
+        row = self.db.execute(
+            f"INSERT INTO django_pgjobs_job ({cols}) VALUES ({vals}) RETURNING id", params
+        ).fetchone()
         assert row is not None
         job_id = int(row[0])
         self.expected[job_id] = allowed
@@ -209,22 +296,32 @@ class Scenario:
         """Jobs that make a worker issue every statement once, in priority order."""
         self.insert(ATOMIC, priority=60)
         self.insert(STEP, priority=50)
-        self.insert(STEP, priority=40, key="fault-key", max_attempts=1,
-                    allowed=("completed", "dead"))
+        self.insert(
+            STEP, priority=40, key="fault-key", max_attempts=1, allowed=("completed", "dead")
+        )
         self.insert(STEP, priority=30, kwargs={"mode": "raise"})
         # discard_on on its first attempt only: a lost first attempt may complete later.
         self.insert(STEP, priority=20, kwargs={"mode": "discard"}, allowed=("dead", "completed"))
         self.insert(STEP, priority=10, kwargs={"hold": 0.8})
         # A job whose worker vanished an hour ago (the reaper's work) ...
-        self.insert(STEP, priority=0, extra="'running', 1, 1, 'ghost', now() - interval '1 hour',"
-                                            " now() - interval '1 hour', NULL")
+        self.insert(
+            STEP,
+            priority=0,
+            extra="'running', 1, 1, 'ghost', now() - interval '1 hour',"
+            " now() - interval '1 hour', NULL",
+        )
         # ... and one finished long ago (the pruner's).
-        old = self.insert(STEP, allowed=("completed", "gone"),
-                          extra="'completed', 1, 1, 'ghost', now() - interval '60 days',"
-                                " now() - interval '60 days', now() - interval '60 days'")
-        self.db.execute("INSERT INTO django_pgjobs_worker (id, host, pid, queues, concurrency,"
-                        " started_at, last_seen) VALUES ('ghost', 'h', 1, '[\"*\"]', 1,"
-                        " now() - interval '1 hour', now() - interval '1 hour')")
+        old = self.insert(
+            STEP,
+            allowed=("completed", "gone"),
+            extra="'completed', 1, 1, 'ghost', now() - interval '60 days',"
+            " now() - interval '60 days', now() - interval '60 days'",
+        )
+        self.db.execute(
+            "INSERT INTO django_pgjobs_worker (id, host, pid, queues, concurrency,"
+            " started_at, last_seen) VALUES ('ghost', 'h', 1, '[\"*\"]', 1,"
+            " now() - interval '1 hour', now() - interval '1 hour')"
+        )
         self.notes.append(f"old completed job {old} may be pruned")
 
     def flow_setup(self) -> int | None:
@@ -243,41 +340,69 @@ class Scenario:
             self.insert(UNKNOWN, priority=90, allowed=("dead",))
         if setup in ("max_running", "rate"):
             column, value = ("max_running", 3) if setup == "max_running" else ("rate", "100/s")
-            self.db.execute(f"INSERT INTO django_pgjobs_queue (name, {column}, updated_at)"
-                            " VALUES ('default', %s, now())", [value])
+            self.db.execute(
+                f"INSERT INTO django_pgjobs_queue (name, {column}, updated_at)"
+                " VALUES ('default', %s, now())",
+                [value],
+            )
         if setup == "keyed":
-            job = self.insert(KEYED, priority=55, queue="flow-keyed",
-                              kwargs={"user_id": 1, "i": 0, "seconds": 0.0})
-            self.db.execute("UPDATE django_pgjobs_job SET concurrency_key = 'user:1',"
-                            " concurrency_limit = 1 WHERE id = %s", [job])
+            job = self.insert(
+                KEYED,
+                priority=55,
+                queue="flow-keyed",
+                kwargs={"user_id": 1, "i": 0, "seconds": 0.0},
+            )
+            self.db.execute(
+                "UPDATE django_pgjobs_job SET concurrency_key = 'user:1',"
+                " concurrency_limit = 1 WHERE id = %s",
+                [job],
+            )
         return None
 
     # -- processes -------------------------------------------------------------------
 
-    def start_worker(self, *args: str, plan: Path | None = None, settings: str = "tests.settings",
-                     **env: str) -> WorkerProcess:
-        return self.workers.start("--concurrency", "1", *args,
-                                  PGJOBS_FAULT_PLAN=str(plan or self.plan_path),
-                                  DJANGO_SETTINGS_MODULE=settings, **env)
+    def start_worker(
+        self, *args: str, plan: Path | None = None, settings: str = "tests.settings", **env: str
+    ) -> WorkerProcess:
+        return self.workers.start(
+            "--concurrency",
+            "1",
+            *args,
+            PGJOBS_FAULT_PLAN=str(plan or self.plan_path),
+            DJANGO_SETTINGS_MODULE=settings,
+            **env,
+        )
 
     def run_driver(self, action: str, arg: dict[str, Any], plan: Path) -> dict[str, Any]:
         env = django_env(self.workers.url, PGJOBS_FAULT_PLAN=str(plan))
-        proc = subprocess.run([sys.executable, "-m", "tests.faults.driver", action,
-                               json.dumps(arg)], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.faults.driver", action, json.dumps(arg)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         for line in proc.stdout.splitlines():
             if line.startswith("DRIVER-RESULT "):
                 return dict(json.loads(line.removeprefix("DRIVER-RESULT ")))
-        raise AssertionError(f"driver {action} printed no result (rc={proc.returncode}):\n"
-                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"driver {action} printed no result (rc={proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
 
     def settle(self, timeout: float = SETTLE_DEADLINE) -> bool:
         """Wait until every expected job is final (or pruned, where allowed)."""
+
         def done() -> bool:
-            rows = dict(self.db.execute(
-                "SELECT id, status FROM django_pgjobs_job WHERE id = ANY(%s)",
-                [list(self.expected)]).fetchall())
+            rows = dict(
+                self.db.execute(
+                    "SELECT id, status FROM django_pgjobs_job WHERE id = ANY(%s)",
+                    [list(self.expected)],
+                ).fetchall()
+            )
             return all(rows.get(i, "gone") in (*FINAL, "gone") for i in self.expected)
+
         try:
             wait_until(done, timeout=timeout, interval=0.1, message="workload settled")
             return True
@@ -288,15 +413,20 @@ class Scenario:
         job_id = self.insert(STEP, priority=100)
         self.db.execute("SELECT pg_notify('pgjobs', 'default')")
         try:
-            wait_until(lambda: self.status(job_id) == "completed", timeout=FRESH_DEADLINE,
-                       interval=0.1, message=f"fresh job {job_id} completed")
+            wait_until(
+                lambda: self.status(job_id) == "completed",
+                timeout=FRESH_DEADLINE,
+                interval=0.1,
+                message=f"fresh job {job_id} completed",
+            )
             return True
         except AssertionError:
             return False
 
     def status(self, job_id: int) -> str:
-        row = self.db.execute("SELECT status FROM django_pgjobs_job WHERE id = %s",
-                              [job_id]).fetchone()
+        row = self.db.execute(
+            "SELECT status FROM django_pgjobs_job WHERE id = %s", [job_id]
+        ).fetchone()
         return "gone" if row is None else str(row[0])
 
     def fired(self) -> list[dict[str, Any]]:
@@ -315,8 +445,12 @@ class Scenario:
         """Each invariant: "ok" or what broke it."""
         out: dict[str, str] = {}
         out["fired"] = "ok" if self.fired() else "the statement was never issued"
-        rows = {r[0]: r for r in self.db.execute(
-            "SELECT id, status, attempts, max_attempts, lease, task FROM django_pgjobs_job")}
+        rows = {
+            r[0]: r
+            for r in self.db.execute(
+                "SELECT id, status, attempts, max_attempts, lease, task FROM django_pgjobs_job"
+            )
+        }
         lost = []
         for job_id, allowed in self.expected.items():
             status = rows[job_id][1] if job_id in rows else "gone"
@@ -333,24 +467,35 @@ class Scenario:
                 succeeded[s["job_id"]] = succeeded.get(s["job_id"], 0) + 1
         twice = [f"{j}: {n} success signals" for j, n in succeeded.items() if n > 1]
         for job_id in self.atomic_ids:
-            n = self.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s AND"
-                                " lease = (SELECT lease FROM django_pgjobs_job WHERE id = %s)",
-                                [job_id, job_id]).fetchone()[0]
-            total = self.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s",
-                                    [job_id]).fetchone()[0]
+            n = self.db.execute(
+                "SELECT count(*) FROM fault_effects WHERE job_id = %s AND"
+                " lease = (SELECT lease FROM django_pgjobs_job WHERE id = %s)",
+                [job_id, job_id],
+            ).fetchone()[0]
+            total = self.db.execute(
+                "SELECT count(*) FROM fault_effects WHERE job_id = %s", [job_id]
+            ).fetchone()[0]
             if job_id in rows and rows[job_id][1] == "completed" and (n != 1 or total != 1):
                 twice.append(f"atomic {job_id}: {total} effect rows")
         out["once"] = "ok" if not twice else "; ".join(twice)
-        over = [f"{j}: pending {r[2]}/{r[3]}" for j, r in rows.items()
-                if r[1] == "pending" and r[2] >= r[3]]
+        over = [
+            f"{j}: pending {r[2]}/{r[3]}"
+            for j, r in rows.items()
+            if r[1] == "pending" and r[2] >= r[3]
+        ]
         out["bounded"] = "ok" if not over else "; ".join(over)
         out["not_wedged"] = "ok" if not_wedged else "a fresh job did not complete in time"
-        fenced = [f"{s['job_id']} ({s.get('write')})" for s in signals
-                  if s["signal"] == "job_fenced"]
+        fenced = [
+            f"{s['job_id']} ({s.get('write')})" for s in signals if s["signal"] == "job_fenced"
+        ]
         out["no_false_fence"] = "ok" if not fenced else "job_fenced for " + ", ".join(fenced)
-        missing = [f"{j}: {succeeded.get(j, 0)}" for j, r in rows.items()
-                   if r[1] == "completed" and succeeded.get(j, 0) != 1
-                   and not (j in self.expected and "gone" in self.expected[j])]
+        missing = [
+            f"{j}: {succeeded.get(j, 0)}"
+            for j, r in rows.items()
+            if r[1] == "completed"
+            and succeeded.get(j, 0) != 1
+            and not (j in self.expected and "gone" in self.expected[j])
+        ]
         # Tasks jobs: task_finished(SUCCESSFUL) exactly once, and only for completed jobs.
         finished: dict[int, int] = {}
         for sig in signals:
@@ -360,8 +505,9 @@ class Scenario:
             status = rows[job_id][1] if job_id in rows else "gone"
             if (status == "completed") != (n == 1) or n > 1:
                 missing.append(f"{job_id}: {n} task_finished(SUCCESSFUL), status {status}")
-        out["one_success_signal"] = ("ok" if not missing else
-                                     "success signals per completed job " + ", ".join(missing))
+        out["one_success_signal"] = (
+            "ok" if not missing else "success signals per completed job " + ", ".join(missing)
+        )
         return out
 
 
@@ -373,8 +519,9 @@ def run_worker_cell(s: Scenario) -> dict[str, str]:
     env: dict[str, str] = dict(s.row.env)
     if s.row.kind == "cron":
         settings = "tests.cron_settings"
-        env["PGJOBS_TEST_CRON"] = json.dumps({"fault-tick": {
-            "task": STEP, "schedule": "* * * * * *", "args": []}})
+        env["PGJOBS_TEST_CRON"] = json.dumps(
+            {"fault-tick": {"task": STEP, "schedule": "* * * * * *", "args": []}}
+        )
     worker = s.start_worker(*s.row.args, settings=settings, **env)
     settled = s.settle()
     if not settled:
@@ -397,8 +544,9 @@ def run_timeout_cell(s: Scenario) -> dict[str, str]:
 def run_exhausted_cell(s: Scenario) -> dict[str, str]:
     """A pending row whose attempts are used up (an older version, or by hand): the
     claim fails on the CHECK, and the worker dead-letters the row."""
-    s.insert(STEP, max_attempts=1, allowed=("dead",),
-             extra="'pending', 1, 1, NULL, NULL, NULL, NULL")
+    s.insert(
+        STEP, max_attempts=1, allowed=("dead",), extra="'pending', 1, 1, NULL, NULL, NULL, NULL"
+    )
     s.insert(STEP)
     return _run_simple_worker_cell(s)
 
@@ -417,8 +565,16 @@ def run_shutdown_cell(s: Scenario) -> dict[str, str]:
     job = s.insert(STEP, kwargs={"hold": 3.0})
     s.write_plan()
     worker = s.start_worker(PGJOBS_TEST_SHUTDOWN_TIMEOUT="0.3")
-    wait_until(lambda: s.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s",
-                                    [job]).fetchone()[0] > 0, timeout=20, message="job started")
+    wait_until(
+        lambda: (
+            s.db.execute("SELECT count(*) FROM fault_effects WHERE job_id = %s", [job]).fetchone()[
+                0
+            ]
+            > 0
+        ),
+        timeout=20,
+        message="job started",
+    )
     worker.signal(15)
     try:
         worker.wait(timeout=20)
@@ -454,8 +610,9 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
     elif action == "cancel_selected":
         arg = {"ids": [s.insert(STEP, allowed=("cancelled", "completed"))]}
     elif action == "retry_selected":
-        dead = s.insert(STEP, allowed=("completed", "dead"),
-                        extra="'dead', 5, 3, 'ghost', now(), now(), now()")
+        dead = s.insert(
+            STEP, allowed=("completed", "dead"), extra="'dead', 5, 3, 'ghost', now(), now(), now()"
+        )
         arg = {"ids": [dead]}
     elif action == "run_jobs":
         s.insert(STEP, priority=50)
@@ -463,9 +620,14 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
         s.insert(STEP, priority=30, kwargs={"mode": "discard"}, allowed=("dead", "completed"))
     elif action == "admin_pages":
         job = s.insert(STEP, allowed=("completed",))
-        arg = {"paths": ["/admin/django_pgjobs/job/", f"/admin/django_pgjobs/job/{job}/change/",
-                         "/admin/django_pgjobs/job/overview/",
-                         "/admin/django_pgjobs/job/?status__exact=dead"]}
+        arg = {
+            "paths": [
+                "/admin/django_pgjobs/job/",
+                f"/admin/django_pgjobs/job/{job}/change/",
+                "/admin/django_pgjobs/job/overview/",
+                "/admin/django_pgjobs/job/?status__exact=dead",
+            ]
+        }
     else:
         s.insert(STEP, allowed=("completed",))
     s.write_plan()
@@ -491,9 +653,14 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
 
 
 def run_cell(s: Scenario) -> dict[str, str]:
-    runner = {"worker": run_worker_cell, "cron": run_worker_cell,
-              "shutdown": run_shutdown_cell, "driver": run_driver_cell,
-              "timeout": run_timeout_cell, "exhausted": run_exhausted_cell}[s.row.kind]
+    runner = {
+        "worker": run_worker_cell,
+        "cron": run_worker_cell,
+        "shutdown": run_shutdown_cell,
+        "driver": run_driver_cell,
+        "timeout": run_timeout_cell,
+        "exhausted": run_exhausted_cell,
+    }[s.row.kind]
     started = time.monotonic()
     result = runner(s)
     s.notes.append(f"{time.monotonic() - started:.1f}s")

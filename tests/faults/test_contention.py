@@ -52,7 +52,7 @@ def order_violations(rows: list[tuple]) -> list[tuple]:
             return max(table[level][lo], table[level][hi - (1 << level) + 1])
 
         for x, key in zip(jobs, keys, strict=True):
-            lo = bisect.bisect_left(starts, x[3])              # Y started once X was due
+            lo = bisect.bisect_left(starts, x[3])  # Y started once X was due
             hi = bisect.bisect_left(starts, x[1] - ORDER_TOLERANCE) - 1  # clearly before X
             worst = range_max(lo, hi)
             if worst is not None and worst > key:
@@ -60,45 +60,58 @@ def order_violations(rows: list[tuple]) -> list[tuple]:
     return bad
 
 
-def test_drain_20k_exactly_once_in_order_without_deadlocks(db, workers: Workers,
-                                                           cluster) -> None:
+def test_drain_20k_exactly_once_in_order_without_deadlocks(db, workers: Workers, cluster) -> None:
     db.execute("SELECT setseed(0.7)")
     db.execute(
         "INSERT INTO django_pgjobs_job (task, args, kwargs, max_attempts, queue, priority, run_at)"
         " SELECT %s, '[]', '{}', 5, 'q' || (random() * 3)::int, (random() * 10)::int - 5,"
         "        now() + CASE WHEN random() < 0.2 THEN random() * interval '3 seconds'"
         "                     ELSE interval '0' END"
-        " FROM generate_series(1, %s)", [COUNT, TOTAL])
+        " FROM generate_series(1, %s)",
+        [COUNT, TOTAL],
+    )
     log_start = len(cluster.server_log())
     # Different claim statements compete: every queue, a pair of queues, one queue.
     for queues in ("*", "q0,q1", "q2", "q3,q1"):
         workers.start("--queues", queues, "--concurrency", "3", "--batch", "20")
-    wait_until(lambda: status_counts(db) == {"completed": TOTAL}, timeout=240, interval=0.5,
-               message=f"{TOTAL} jobs completed")
+    wait_until(
+        lambda: status_counts(db) == {"completed": TOTAL},
+        timeout=240,
+        interval=0.5,
+        message=f"{TOTAL} jobs completed",
+    )
 
     once = db.execute(
         "SELECT count(*) FILTER (WHERE n = 1), count(*) FROM (SELECT j.id, count(e.id) n"
         " FROM django_pgjobs_job j LEFT JOIN fault_effects e ON e.job_id = j.id"
-        " GROUP BY j.id) x").fetchone()
+        " GROUP BY j.id) x"
+    ).fetchone()
     assert once == (TOTAL, TOTAL), "a job ran twice or never"
-    assert db.execute("SELECT max(attempts), min(attempts), max(lease)"
-                      " FROM django_pgjobs_job").fetchone() == (1, 1, 1)
-    rows = db.execute("SELECT queue, started_at, priority, run_at, id FROM django_pgjobs_job"
-                      ).fetchall()
+    assert db.execute(
+        "SELECT max(attempts), min(attempts), max(lease) FROM django_pgjobs_job"
+    ).fetchone() == (1, 1, 1)
+    rows = db.execute(
+        "SELECT queue, started_at, priority, run_at, id FROM django_pgjobs_job"
+    ).fetchall()
     bad = order_violations(rows)
     assert not bad, f"{len(bad)} claim-order violations, e.g. {bad[:3]}"
     assert "deadlock detected" not in cluster.server_log()[log_start:]
 
 
-@pytest.mark.parametrize("claimed_first,claimed_later,expected", [
-    ((0, 5, 1), (0, 0, 2), 0),    # higher priority first: fine
-    ((0, 0, 2), (0, 5, 1), 1),    # a higher-priority due job claimed clearly later: violation
-])
+@pytest.mark.parametrize(
+    "claimed_first,claimed_later,expected",
+    [
+        ((0, 5, 1), (0, 0, 2), 0),  # higher priority first: fine
+        ((0, 0, 2), (0, 5, 1), 1),  # a higher-priority due job claimed clearly later: violation
+    ],
+)
 def test_order_check_catches_violations(claimed_first, claimed_later, expected) -> None:
     """The checker itself can fail (a test that cannot fail proves nothing)."""
     from datetime import datetime
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [("q", t0 + timedelta(seconds=s), p, t0, i) for s, p, i in
-            (claimed_first, (claimed_later[0] + 1, *claimed_later[1:]))]
+    rows = [
+        ("q", t0 + timedelta(seconds=s), p, t0, i)
+        for s, p, i in (claimed_first, (claimed_later[0] + 1, *claimed_later[1:]))
+    ]
     assert len(order_violations(rows)) == expected

@@ -40,15 +40,16 @@ def start_b(workers: Workers, db: psycopg.Connection) -> None:
     """Start the rescuing worker and wait until it is up (its Worker row exists)."""
     before = db.execute("SELECT count(*) FROM django_pgjobs_worker").fetchone()[0]
     workers.start("--concurrency", "2")
-    wait_until(lambda: db.execute("SELECT count(*) FROM django_pgjobs_worker").fetchone()[0]
-               > before, message="worker B registered")
+    wait_until(
+        lambda: db.execute("SELECT count(*) FROM django_pgjobs_worker").fetchone()[0] > before,
+        message="worker B registered",
+    )
 
 
 def kill_and_time_reclaim(workers: Workers, db: psycopg.Connection, a, job: int) -> float:
     sigkill(a)
     killed = time.monotonic()
-    wait_until(lambda: job_row(db, job)["lease"] >= 2, timeout=RECLAIM_BOUND + 5,
-               message="reclaim")
+    wait_until(lambda: job_row(db, job)["lease"] >= 2, timeout=RECLAIM_BOUND + 5, message="reclaim")
     return time.monotonic() - killed
 
 
@@ -60,10 +61,13 @@ def assert_rescued(db: psycopg.Connection, job: int, elapsed: float) -> dict:
     assert [e["type"] for e in row["errors"]] == [WORKER_LOST]
     assert row["errors"][0]["refunded"] is True
     assert row["finished_at"] is not None
-    assert db.execute("SELECT count(*) FROM django_pgjobs_job WHERE status = 'running'"
-                      ).fetchone()[0] == 0
-    result = db.execute("SELECT count(*) FROM django_pgjobs_jobresult WHERE job_id = %s",
-                        [job]).fetchone()[0]
+    assert (
+        db.execute("SELECT count(*) FROM django_pgjobs_job WHERE status = 'running'").fetchone()[0]
+        == 0
+    )
+    result = db.execute(
+        "SELECT count(*) FROM django_pgjobs_jobresult WHERE job_id = %s", [job]
+    ).fetchone()[0]
     assert result == 1
     return row
 
@@ -125,10 +129,16 @@ def test_kill_during_heartbeat(db, workers, workdir: Path, cluster) -> None:
     with psycopg.connect(cluster.dsn("faults")) as locker:
         # Hold the row so A's next heartbeat UPDATE blocks mid-statement, then kill A there.
         locker.execute("SELECT 1 FROM django_pgjobs_job WHERE id = %s FOR UPDATE", [job])
-        wait_until(lambda: db.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%%heartbeat_at = now()%%'").fetchone()[0] == 1,
-            message="A's heartbeat blocked on the row lock")
+        wait_until(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%heartbeat_at = now()%%'"
+                ).fetchone()[0]
+                == 1
+            ),
+            message="A's heartbeat blocked on the row lock",
+        )
         sigkill(a)
         killed = time.monotonic()
         locker.commit()

@@ -28,8 +28,7 @@ def test_long_jobs_with_heartbeats_are_never_reclaimed(db, workers: Workers) -> 
     run_for = 10 * LONG_STALE
     sleeper = enqueue(db, STEP, kwargs={"hold": run_for})
     spinner = enqueue(db, STEP, kwargs={"hold": run_for, "spin": True})  # CPU-bound pure Python
-    env = {"PGJOBS_TEST_STALE_AFTER": str(LONG_STALE),
-           "PGJOBS_TEST_HEARTBEAT": str(LONG_HEARTBEAT)}
+    env = {"PGJOBS_TEST_STALE_AFTER": str(LONG_STALE), "PGJOBS_TEST_HEARTBEAT": str(LONG_HEARTBEAT)}
     # Two workers, both running the reaper with the short STALE_AFTER.
     a = workers.start("--concurrency", "2", **env)
     b = workers.start("--concurrency", "2", **env)
@@ -41,7 +40,8 @@ def test_long_jobs_with_heartbeats_are_never_reclaimed(db, workers: Workers) -> 
 
 
 def test_graceful_shutdown_finishes_short_jobs_and_releases_long_ones(
-        db, workers: Workers, workdir: Path) -> None:
+    db, workers: Workers, workdir: Path
+) -> None:
     short = [enqueue(db, STEP, kwargs={"hold": 1.0}, priority=10) for _ in range(3)]
     long = enqueue(db, STEP, kwargs={"dir": str(workdir), "wait_go": True}, priority=10)
     later = [enqueue(db, COUNT) for _ in range(3)]  # lower priority: not in the first claim
@@ -64,7 +64,8 @@ def test_graceful_shutdown_finishes_short_jobs_and_releases_long_ones(
 
 
 def test_second_signal_exits_at_once_and_the_job_is_reclaimed(
-        db, workers: Workers, workdir: Path) -> None:
+    db, workers: Workers, workdir: Path
+) -> None:
     job = enqueue(db, STEP, kwargs={"dir": str(workdir), "wait_go": True})
     go(workdir, job, 3)  # the rescuer's run may finish
     a = workers.start("--concurrency", "1", PGJOBS_TEST_SHUTDOWN_TIMEOUT="30")

@@ -41,8 +41,10 @@ DB = "partition"
 STEP = "tests.testapp.jobs.fault_step"
 ATOMIC = "tests.testapp.jobs.fault_atomic"
 #: libpq settings that make a half-open connection fail fast (see the module docstring).
-TCP_OPTIONS = ("keepalives=1&keepalives_idle=1&keepalives_interval=1&keepalives_count=3"
-               "&tcp_user_timeout=3000&connect_timeout=2")
+TCP_OPTIONS = (
+    "keepalives=1&keepalives_idle=1&keepalives_interval=1&keepalives_count=3"
+    "&tcp_user_timeout=3000&connect_timeout=2"
+)
 
 
 def _ip(*args: str) -> None:
@@ -63,8 +65,12 @@ class Netns:
         tag = f"{os.getpid() % 10000}{random.randint(0, 99)}"
         subnet = random.randint(0, 63) * 4
         third = random.randint(1, 254)
-        ns = cls(f"pgjobs-part-{tag}", f"pjh{tag}", f"10.213.{third}.{subnet + 1}",
-                 f"10.213.{third}.{subnet + 2}")
+        ns = cls(
+            f"pgjobs-part-{tag}",
+            f"pjh{tag}",
+            f"10.213.{third}.{subnet + 1}",
+            f"10.213.{third}.{subnet + 2}",
+        )
         peer = f"pjn{tag}"
         _ip("netns", "add", ns.name)
         try:
@@ -109,8 +115,10 @@ def netns() -> Iterator[Netns]:
 @pytest.fixture
 def part_cluster(netns: Netns) -> Iterator[TempCluster]:
     try:
-        cluster = TempCluster(name="partition", conf={
-            "listen_addresses": f"'127.0.0.1,{netns.host_ip}'", "max_connections": "60"})
+        cluster = TempCluster(
+            name="partition",
+            conf={"listen_addresses": f"'127.0.0.1,{netns.host_ip}'", "max_connections": "60"},
+        )
     except RuntimeError as exc:
         pytest.skip(f"partition drill needs PostgreSQL server binaries: {exc}")
     with open(cluster.data / "pg_hba.conf", "a") as fh:
@@ -118,8 +126,12 @@ def part_cluster(netns: Netns) -> Iterator[TempCluster]:
     cluster.start()
     try:
         cluster.create_database(DB)
-        subprocess.run([sys.executable, "-m", "django", "migrate", "-v0"], cwd=ROOT,
-                       env=django_env(cluster.url(DB)), check=True)
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "-v0"],
+            cwd=ROOT,
+            env=django_env(cluster.url(DB)),
+            check=True,
+        )
         with psycopg.connect(cluster.dsn(DB), autocommit=True) as conn:
             conn.execute(EFFECTS_DDL)
         yield cluster
@@ -135,8 +147,12 @@ class NsWorker(WorkerProcess):
         self._log = open(log, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", ns.name, sys.executable, "-m", "django", "runjobs", *args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _insert(conn: psycopg.Connection, task: str, queue: str = "default", **kwargs: object) -> int:
@@ -145,44 +161,62 @@ def _insert(conn: psycopg.Connection, task: str, queue: str = "default", **kwarg
     row = conn.execute(
         "INSERT INTO django_pgjobs_job (task, args, kwargs, queue, run_at) VALUES"
         " (%s, '[]', %s::jsonb, %s, now()) RETURNING id",
-        [task, json.dumps(kwargs), queue]).fetchone()
+        [task, json.dumps(kwargs), queue],
+    ).fetchone()
     assert row is not None
     conn.execute("SELECT pg_notify('pgjobs', %s)", [queue])
     return int(row[0])
 
 
-def test_partitioned_worker_is_fenced_and_recovers(netns: Netns, part_cluster: TempCluster
-                                                    ) -> None:
+def test_partitioned_worker_is_fenced_and_recovers(netns: Netns, part_cluster: TempCluster) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="pgjobs-partition-"))
     os.chmod(tmp, 0o777)
     signals_log = tmp / "signals.jsonl"
     a_url = f"postgres://postgres@{netns.host_ip}:{part_cluster.port}/{DB}?{TCP_OPTIONS}"
     b_url = part_cluster.url(DB)
     conn = psycopg.connect(part_cluster.dsn(DB), autocommit=True)
-    a = NsWorker(netns, ["--concurrency", "4", "--queues", "default,only-a"],
-                 django_env(a_url, PGJOBS_FAULT_SIGNAL_LOG=str(signals_log)),
-                 tmp / "worker-a.log")
+    a = NsWorker(
+        netns,
+        ["--concurrency", "4", "--queues", "default,only-a"],
+        django_env(a_url, PGJOBS_FAULT_SIGNAL_LOG=str(signals_log)),
+        tmp / "worker-a.log",
+    )
     b: WorkerProcess | None = None
     try:
         # A claims both jobs (B is not running yet) and holds them until told to go.
         atomic = _insert(conn, ATOMIC, dir=str(tmp), wait_go=True)
         step = _insert(conn, STEP, dir=str(tmp), wait_go=True)
         for job in (atomic, step):
-            wait_until(lambda j=job: (tmp / f"waiting-{j}-1").exists(), timeout=30,
-                       message=f"worker A running job {job}")
+            wait_until(
+                lambda j=job: (tmp / f"waiting-{j}-1").exists(),
+                timeout=30,
+                message=f"worker A running job {job}",
+            )
         netns.cut()
-        b = WorkerProcess(["--concurrency", "4", "--queues", "default"],
-                          django_env(b_url, PGJOBS_FAULT_SIGNAL_LOG=str(signals_log)),
-                          tmp / "worker-b.log")
+        b = WorkerProcess(
+            ["--concurrency", "4", "--queues", "default"],
+            django_env(b_url, PGJOBS_FAULT_SIGNAL_LOG=str(signals_log)),
+            tmp / "worker-b.log",
+        )
         # The reaper (in B) reclaims both after STALE_AFTER; B runs them (lease 3).
         for job in (atomic, step):
-            wait_until(lambda j=job: (tmp / f"waiting-{j}-3").exists(), timeout=30,
-                       message=f"worker B running reclaimed job {job}")
+            wait_until(
+                lambda j=job: (tmp / f"waiting-{j}-3").exists(),
+                timeout=30,
+                message=f"worker B running reclaimed job {job}",
+            )
             go(tmp, job, 3)
         for job in (atomic, step):
-            wait_until(lambda j=job: conn.execute(
-                "SELECT status, lease FROM django_pgjobs_job WHERE id = %s", [j]
-            ).fetchone() == ("completed", 3), timeout=30, message=f"B completed job {job}")
+            wait_until(
+                lambda j=job: (
+                    conn.execute(
+                        "SELECT status, lease FROM django_pgjobs_job WHERE id = %s", [j]
+                    ).fetchone()
+                    == ("completed", 3)
+                ),
+                timeout=30,
+                message=f"B completed job {job}",
+            )
         assert a.proc.poll() is None, "worker A died during the partition"
         # Heal; A's handlers finish and try to write their outcomes.
         netns.heal()
@@ -194,30 +228,49 @@ def test_partitioned_worker_is_fenced_and_recovers(netns: Netns, part_cluster: T
 
             if not signals_log.exists():
                 return set()
-            return {r["job_id"] for r in map(json.loads, signals_log.read_text().splitlines())
-                    if r["signal"] == "job_fenced"}
+            return {
+                r["job_id"]
+                for r in map(json.loads, signals_log.read_text().splitlines())
+                if r["signal"] == "job_fenced"
+            }
+
         # A's late write about the plain job is refused and reported (job_fenced).
         wait_until(lambda: step in fenced(), timeout=60, message="A's late completion fenced")
         # A recovers on its own: it completes a job only it serves.
         fresh = _insert(conn, STEP, queue="only-a")
-        wait_until(lambda: conn.execute("SELECT status FROM django_pgjobs_job WHERE id = %s",
-                                        [fresh]).fetchone()[0] == "completed",
-                   timeout=60, message="worker A completed a job after the partition")
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT status FROM django_pgjobs_job WHERE id = %s", [fresh]
+                ).fetchone()[0]
+                == "completed"
+            ),
+            timeout=60,
+            message="worker A completed a job after the partition",
+        )
         for job in (atomic, step):  # B's outcome stands
-            assert conn.execute("SELECT status, lease FROM django_pgjobs_job WHERE id = %s",
-                                [job]).fetchone() == ("completed", 3)
+            assert conn.execute(
+                "SELECT status, lease FROM django_pgjobs_job WHERE id = %s", [job]
+            ).fetchone() == ("completed", 3)
         # The atomic job's effects exist once: A's transaction was rolled back.
-        effects = conn.execute("SELECT lease FROM fault_effects WHERE job_id = %s",
-                               [atomic]).fetchall()
+        effects = conn.execute(
+            "SELECT lease FROM fault_effects WHERE job_id = %s", [atomic]
+        ).fetchall()
         assert effects == [(3,)], effects
         # The plain job ran twice (at-least-once) but was completed once, by B.
-        step_effects = conn.execute("SELECT lease, phase FROM fault_effects WHERE job_id = %s"
-                                    " ORDER BY id", [step]).fetchall()
+        step_effects = conn.execute(
+            "SELECT lease, phase FROM fault_effects WHERE job_id = %s ORDER BY id", [step]
+        ).fetchall()
         assert (3, "end") in step_effects
         assert a.proc.poll() is None and b.proc.poll() is None
-        print("\nworker A during and after the partition:\n" + "\n".join(
-            line for line in a.output().splitlines()
-            if "lease" in line or "recovered" in line or "database error" in line))
+        print(
+            "\nworker A during and after the partition:\n"
+            + "\n".join(
+                line
+                for line in a.output().splitlines()
+                if "lease" in line or "recovered" in line or "database error" in line
+            )
+        )
     except BaseException:
         sys.stderr.write(f"\n--- worker A ---\n{a.output()[-4000:]}\n")
         if b is not None:

@@ -35,7 +35,8 @@ STEP = "tests.testapp.jobs.fault_step"
 COUNT = "tests.testapp.jobs.fault_count"
 SESSION_STATE = re.compile(
     r"(statement|execute [^:]*): (SET |RESET |DISCARD |PREPARE |LISTEN |.*pg_advisory)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 NAMED_PREPARED = re.compile(r"execute (?!<unnamed>)[^:\s]+:")
 
 
@@ -46,27 +47,39 @@ def logged(db: psycopg.Connection, cluster) -> object:
     # Behind a transaction pooler the server's time zone must be Django's, or Django
     # sends SET TIME ZONE on connect (documented in the pgbouncer how-to).
     db.execute(f"ALTER DATABASE {DBNAME} SET timezone = 'UTC'")
-    db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-               " WHERE datname = %s AND pid <> pg_backend_pid()", [DBNAME])
+    db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = %s AND pid <> pg_backend_pid()",
+        [DBNAME],
+    )
     start = len(cluster.server_log())
     yield lambda: cluster.server_log()[start:]
     db.execute(f"ALTER DATABASE {DBNAME} RESET log_statement")
     db.execute(f"ALTER DATABASE {DBNAME} RESET timezone")
 
 
-def test_core_scenarios_through_pgbouncer(db, workers: Workers, workdir: Path, bouncer,
-                                          logged) -> None:
+def test_core_scenarios_through_pgbouncer(
+    db, workers: Workers, workdir: Path, bouncer, logged
+) -> None:
     url = bouncer.url(DBNAME)
 
     # Drain: every job exactly once.
     total = 300
-    db.execute("INSERT INTO django_pgjobs_job (task, args, kwargs, max_attempts)"
-               " SELECT %s, '[]', '{}', 5 FROM generate_series(1, %s)", [COUNT, total])
+    db.execute(
+        "INSERT INTO django_pgjobs_job (task, args, kwargs, max_attempts)"
+        " SELECT %s, '[]', '{}', 5 FROM generate_series(1, %s)",
+        [COUNT, total],
+    )
     drainers = [workers.start("--no-listen", "--concurrency", "4", url=url) for _ in range(2)]
-    wait_until(lambda: status_counts(db) == {"completed": total}, timeout=60,
-               message="drain through pgbouncer")
-    per_job = db.execute("SELECT count(*), min(n), max(n) FROM (SELECT job_id, count(*) n"
-                         " FROM fault_effects GROUP BY job_id) x").fetchone()
+    wait_until(
+        lambda: status_counts(db) == {"completed": total},
+        timeout=60,
+        message="drain through pgbouncer",
+    )
+    per_job = db.execute(
+        "SELECT count(*), min(n), max(n) FROM (SELECT job_id, count(*) n"
+        " FROM fault_effects GROUP BY job_id) x"
+    ).fetchone()
     assert per_job == (total, 1, 1)
     for d in drainers:
         sigkill(d)
@@ -93,9 +106,13 @@ def test_core_scenarios_through_pgbouncer(db, workers: Workers, workdir: Path, b
     before = wait_status(db, job, "completed", timeout=30, lease=3)
     go(workdir, job, 1)
     os.killpg(z.pid, signal.SIGCONT)
-    wait_until(lambda: any(r["signal"] == "job_fenced" and r["job_id"] == job
-                           and r["write"] == "complete" for r in workers.signals()),
-               message="the zombie's completion fenced")
+    wait_until(
+        lambda: any(
+            r["signal"] == "job_fenced" and r["job_id"] == job and r["write"] == "complete"
+            for r in workers.signals()
+        ),
+        message="the zombie's completion fenced",
+    )
     assert wait_status(db, job, "completed") == before
     assert {e[0] for e in effects(db, job, "end")} == {1, 3}
 

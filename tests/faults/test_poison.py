@@ -32,7 +32,8 @@ EXPECTED = {
 
 @pytest.mark.parametrize("raising_receivers", [False, True], ids=["plain", "raising-receivers"])
 def test_poison_jobs_reach_their_state_and_the_next_job_runs(
-        db, workers: Workers, raising_receivers: bool) -> None:
+    db, workers: Workers, raising_receivers: bool
+) -> None:
     ids = {kind: enqueue(db, POISON, args=[kind], max_attempts=2) for kind in EXPECTED}
     unknown = enqueue(db, "tests.testapp.jobs.no_such_job", max_attempts=3)
     bad_args = db.execute(

@@ -30,7 +30,9 @@ def make_stale_running(db: psycopg.Connection, n: int) -> list[int]:
         " lease, worker, started_at, heartbeat_at)"
         " SELECT 'tests.testapp.jobs.noop', '[]', '{}', 5, 'running', 1, 1, 'old',"
         " now() - interval '1 minute', now() - interval '1 minute'"
-        " FROM generate_series(1, %s) RETURNING id", [n]).fetchall()
+        " FROM generate_series(1, %s) RETURNING id",
+        [n],
+    ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -52,10 +54,14 @@ def test_reaper_and_completer_never_both_win(db, cluster) -> None:
             assert set(reclaimed) <= reaped
             wins["completed"] += len(completed)
             wins["reaped"] += len(reaped)
-            rows = {r[0]: r for r in db.execute(
-                "SELECT id, status, lease, errors, finished_at,"
-                " (SELECT count(*) FROM django_pgjobs_jobresult r WHERE r.job_id = j.id)"
-                " FROM django_pgjobs_job j").fetchall()}
+            rows = {
+                r[0]: r
+                for r in db.execute(
+                    "SELECT id, status, lease, errors, finished_at,"
+                    " (SELECT count(*) FROM django_pgjobs_jobresult r WHERE r.job_id = j.id)"
+                    " FROM django_pgjobs_job j"
+                ).fetchall()
+            }
             for i in completed:
                 _, status, lease, errs, finished_at, nresults = rows[i]
                 assert (status, lease, errs, nresults) == ("completed", 1, [], 1)
@@ -74,8 +80,9 @@ def test_reaper_and_completer_never_both_win(db, cluster) -> None:
     assert wins["completed"] and wins["reaped"], f"the race never went both ways: {wins}"
 
 
-def race_round(conns: list[psycopg.Connection], ids: list[int],
-               rng: random.Random) -> dict[str, Any]:
+def race_round(
+    conns: list[psycopg.Connection], ids: list[int], rng: random.Random
+) -> dict[str, Any]:
     """Release a completer, a reaper and a re-claimer at one barrier."""
     barrier = threading.Barrier(3)
     results: dict[str, Any] = {}
@@ -84,7 +91,7 @@ def race_round(conns: list[psycopg.Connection], ids: list[int],
     def complete() -> None:
         barrier.wait()
         done: set[int] = set()
-        for chunk in (ids[: len(ids) // 2], ids[len(ids) // 2:]):
+        for chunk in (ids[: len(ids) // 2], ids[len(ids) // 2 :]):
             done |= sql.complete_many(conns[0], [(i, 1, {"id": i}) for i in chunk])
         results["completed"] = done
 
@@ -102,8 +109,7 @@ def race_round(conns: list[psycopg.Connection], ids: list[int],
                 got[c.id] = c.lease
         results["reclaimed"] = got
 
-    threads = [threading.Thread(target=_guard(f, errors)) for f in (complete, reap,
-                                                                     reclaim)]
+    threads = [threading.Thread(target=_guard(f, errors)) for f in (complete, reap, reclaim)]
     for t in threads:
         t.start()
     for t in threads:

@@ -47,9 +47,13 @@ class QueueMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ helpers
 
     def rows(self) -> dict[int, tuple[Any, ...]]:
-        return {r[0]: r for r in self.conn.execute(
-            "SELECT id, status, lease, attempts, max_attempts, finished_at"
-            " FROM django_pgjobs_job").fetchall()}
+        return {
+            r[0]: r
+            for r in self.conn.execute(
+                "SELECT id, status, lease, attempts, max_attempts, finished_at"
+                " FROM django_pgjobs_job"
+            ).fetchall()
+        }
 
     def current(self, job_id: int, lease: int) -> bool:
         row = self.rows().get(job_id)
@@ -75,7 +79,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.step("enqueue")
         self.conn.execute(
             "INSERT INTO django_pgjobs_job (task, args, kwargs, max_attempts, queue)"
-            " VALUES ('tests.testapp.jobs.noop', '[]', '{}', %s, %s)", [max_attempts, queue])
+            " VALUES ('tests.testapp.jobs.noop', '[]', '{}', %s, %s)",
+            [max_attempts, queue],
+        )
 
     @rule(n=st.integers(1, 3), queues=st.sampled_from([None, ["a"], ["a", "b"]]))
     def claim(self, n: int, queues: list[str] | None) -> None:
@@ -134,8 +140,10 @@ class QueueMachine(RuleBasedStateMachine):
     def time_passes(self) -> None:
         """Every running job's heartbeat goes stale (its worker froze)."""
         self.step("time_passes")
-        self.conn.execute("UPDATE django_pgjobs_job SET heartbeat_at = now() - interval '1 hour'"
-                          " WHERE status = 'running'")
+        self.conn.execute(
+            "UPDATE django_pgjobs_job SET heartbeat_at = now() - interval '1 hour'"
+            " WHERE status = 'running'"
+        )
 
     @rule()
     def reap(self) -> None:
@@ -187,6 +195,11 @@ def test_random_interleavings_keep_the_invariants(db, cluster) -> None:
     with psycopg.connect(cluster.dsn(DBNAME), autocommit=True) as conn:
         QueueMachine.conn = conn
         run = QueueMachine.TestCase
-        run.settings = settings(max_examples=150, stateful_step_count=30, deadline=None,
-                                suppress_health_check=list(HealthCheck), database=None)
+        run.settings = settings(
+            max_examples=150,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        )
         run().runTest()

@@ -77,8 +77,7 @@ def matrix_report(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def render_matrix() -> str:
     """Markdown: one line per statement x caller, a cell per fault."""
-    lines = ["| caller: statement | " + " | ".join(MODES) + " |",
-             "|---|" + "---|" * len(MODES)]
+    lines = ["| caller: statement | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
     for row in ROWS:
         cells = []
         for mode in MODES:
@@ -94,11 +93,17 @@ def render_matrix() -> str:
             cells.append(cell)
         lines.append(f"| {row.label}: `{row.statement}` | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Invariants checked after every cell: " + "; ".join(
-        f"**{k}** — {v}" for k, v in INVARIANTS) + ".")
+    lines.append(
+        "Invariants checked after every cell: "
+        + "; ".join(f"**{k}** — {v}" for k, v in INVARIANTS)
+        + "."
+    )
     lines.append("")
-    lines.append("Not in the matrix (no runtime caller): " + "; ".join(
-        f"`{k}` ({v})" for k, v in sorted(NOT_RUNTIME.items())) + ".")
+    lines.append(
+        "Not in the matrix (no runtime caller): "
+        + "; ".join(f"`{k}` ({v})" for k, v in sorted(NOT_RUNTIME.items()))
+        + "."
+    )
     return "\n".join(lines)
 
 
@@ -106,16 +111,18 @@ def write_doc(text: str) -> None:
     doc = DOC.read_text()
     block = f"{BEGIN}\n\n{text}\n\n{END}"
     if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                     flags=re.DOTALL)
+        doc = re.sub(
+            re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc, flags=re.DOTALL
+        )
     else:
         doc = doc.rstrip() + "\n\n## The statement fault matrix\n\n" + block + "\n"
     DOC.write_text(doc)
 
 
 @pytest.mark.parametrize(("row", "mode"), _params())
-def test_statement_fault(row: Row, mode: str, db: psycopg.Connection, workers: Workers,
-                         tmp_path: Path) -> None:
+def test_statement_fault(
+    row: Row, mode: str, db: psycopg.Connection, workers: Workers, tmp_path: Path
+) -> None:
     scenario = Scenario(row=row, mode=mode, db=db, workers=workers, tmp=tmp_path)
     result = run_cell(scenario)
     RESULTS[(row.label, mode)] = result
@@ -127,6 +134,7 @@ def test_statement_fault(row: Row, mode: str, db: psycopg.Connection, workers: W
 # Coverage: a statement the matrix does not cover fails this test
 # ---------------------------------------------------------------------------
 
+
 def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, str]:
     """Run a full lifecycle with a log-only plan; statement name -> one of its texts."""
     texts = tmp / "statements.jsonl"
@@ -134,23 +142,36 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, s
     plan.write_text(json.dumps({"texts": str(texts)}))
     scenario = Scenario(row=ROWS[0], mode="raise", db=db, workers=workers, tmp=tmp)
     scenario.standard_workload()
-    worker = scenario.start_worker(plan=plan, settings="tests.cron_settings",
-                                   PGJOBS_TEST_SHUTDOWN_TIMEOUT="0.3")
+    worker = scenario.start_worker(
+        plan=plan, settings="tests.cron_settings", PGJOBS_TEST_SHUTDOWN_TIMEOUT="0.3"
+    )
     assert scenario.settle(), "lifecycle workload did not settle"
     long_job = scenario.insert(STEP, kwargs={"hold": 3.0})
-    wait_until(lambda: scenario.status(long_job) == "running", timeout=20,
-               message="long job claimed")
+    wait_until(
+        lambda: scenario.status(long_job) == "running", timeout=20, message="long job claimed"
+    )
     worker.signal(15)  # shutdown releases the long job
     worker.wait(timeout=20)
     job = scenario.insert(STEP)
     dead = scenario.insert(STEP, extra="'dead', 5, 3, 'ghost', now(), now(), now()")
     for action, arg in (
-        ("enqueue_twice", {"key": "cap"}), ("enqueue_many", {"n": 2}),
-        ("cancel_selected", {"ids": [job]}), ("retry_selected", {"ids": [dead]}),
-        ("run_jobs", {}), ("jobs_status", {}), ("prune_dry_run", {}),
-        ("admin_pages", {"paths": ["/admin/django_pgjobs/job/",
-                                   f"/admin/django_pgjobs/job/{job}/change/",
-                                   "/admin/django_pgjobs/job/overview/"]}),
+        ("enqueue_twice", {"key": "cap"}),
+        ("enqueue_many", {"n": 2}),
+        ("cancel_selected", {"ids": [job]}),
+        ("retry_selected", {"ids": [dead]}),
+        ("run_jobs", {}),
+        ("jobs_status", {}),
+        ("prune_dry_run", {}),
+        (
+            "admin_pages",
+            {
+                "paths": [
+                    "/admin/django_pgjobs/job/",
+                    f"/admin/django_pgjobs/job/{job}/change/",
+                    "/admin/django_pgjobs/job/overview/",
+                ]
+            },
+        ),
     ):
         scenario.run_driver(action, arg, plan)
     out: dict[str, str] = {}
@@ -161,8 +182,9 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, s
     return out
 
 
-def test_matrix_covers_every_statement(db: psycopg.Connection, workers: Workers,
-                                       tmp_path: Path) -> None:
+def test_matrix_covers_every_statement(
+    db: psycopg.Connection, workers: Workers, tmp_path: Path
+) -> None:
     named = {row.statement for row in ROWS}
     constants = {f"sql.{name}" for name in sql_constants()}
     # 1. Every SQL constant of sql.py has a row, is read-only (the *read rows fault
@@ -176,15 +198,30 @@ def test_matrix_covers_every_statement(db: psycopg.Connection, workers: Workers,
     # (the lifecycle's worker claims from every queue; --queues rows use the others)
     # (and rows with a workload of their own: timeouts, exhausted rows, delays)
     issued_rows = {r.statement for r in ROWS if not r.django6} - {
-        "*read", "sql.JOB_CLAIM_ONE_QUEUE", "sql.JOB_CLAIM_QUEUES", "sql.JOB_TIMED_OUT",
-        "sql.JOB_DEAD_EXHAUSTED", "sql.JOB_INSERT_DELAYED", "sql.JOB_CLAIM_ALL_KNOWN",
-        "sql.JOB_CLAIM_ONE_QUEUE_KNOWN", "sql.JOB_CLAIM_QUEUES_KNOWN", "sql.JOB_CLAIM_LIMITED_ALL",
-        "sql.JOB_CLAIM_LIMITED_QUEUES", "sql.FLOW_LOCK", "sql.JOB_INSERT_FLOW",
-        "sql.JOB_INSERT_FLOW_DELAYED"}
+        "*read",
+        "sql.JOB_CLAIM_ONE_QUEUE",
+        "sql.JOB_CLAIM_QUEUES",
+        "sql.JOB_TIMED_OUT",
+        "sql.JOB_DEAD_EXHAUSTED",
+        "sql.JOB_INSERT_DELAYED",
+        "sql.JOB_CLAIM_ALL_KNOWN",
+        "sql.JOB_CLAIM_ONE_QUEUE_KNOWN",
+        "sql.JOB_CLAIM_QUEUES_KNOWN",
+        "sql.JOB_CLAIM_LIMITED_ALL",
+        "sql.JOB_CLAIM_LIMITED_QUEUES",
+        "sql.FLOW_LOCK",
+        "sql.JOB_INSERT_FLOW",
+        "sql.JOB_INSERT_FLOW_DELAYED",
+    }
     assert issued_rows <= set(texts), f"lifecycle did not issue {issued_rows - set(texts)}"
-    missing = sorted(name for name, text in texts.items()
-                     if name not in named and not is_read_only(text)
-                     and name not in NOT_RUNTIME and not name.startswith("other:"))
+    missing = sorted(
+        name
+        for name, text in texts.items()
+        if name not in named
+        and not is_read_only(text)
+        and name not in NOT_RUNTIME
+        and not name.startswith("other:")
+    )
     assert not missing, f"statements issued at run time that the matrix does not cover: {missing}"
 
 

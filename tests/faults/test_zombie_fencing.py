@@ -32,15 +32,19 @@ ATOMIC = "tests.testapp.jobs.fault_atomic"
 
 
 def snapshot(db: psycopg.Connection, job: int) -> tuple[Any, ...]:
-    row = db.execute("SELECT j.*, (SELECT array_agg(r.value::text) FROM "
-                     "django_pgjobs_jobresult r WHERE r.job_id = j.id) FROM django_pgjobs_job j "
-                     "WHERE j.id = %s", [job]).fetchone()
+    row = db.execute(
+        "SELECT j.*, (SELECT array_agg(r.value::text) FROM "
+        "django_pgjobs_jobresult r WHERE r.job_id = j.id) FROM django_pgjobs_job j "
+        "WHERE j.id = %s",
+        [job],
+    ).fetchone()
     assert row is not None
     return tuple(row)
 
 
-def freeze_a_and_let_b_finish(db: psycopg.Connection, workers: Workers, workdir: Path,
-                              job: int, a) -> tuple[Any, ...]:
+def freeze_a_and_let_b_finish(
+    db: psycopg.Connection, workers: Workers, workdir: Path, job: int, a
+) -> tuple[Any, ...]:
     wait_until(lambda: (workdir / f"waiting-{job}-1").exists(), message="A's handler waiting")
     os.killpg(a.pid, signal.SIGSTOP)
     wait_stopped(a.pid)
@@ -54,8 +58,11 @@ def freeze_a_and_let_b_finish(db: psycopg.Connection, workers: Workers, workdir:
 def wait_fenced(workers: Workers, job: int, write: str) -> dict[str, Any]:
     def found() -> dict[str, Any] | None:
         for record in workers.signals():
-            if (record["signal"] == "job_fenced" and record["job_id"] == job
-                    and record["write"] == write):
+            if (
+                record["signal"] == "job_fenced"
+                and record["job_id"] == job
+                and record["write"] == write
+            ):
                 return record
         return None
 
@@ -78,8 +85,10 @@ def test_zombie_write_changes_nothing(db, workers: Workers, workdir: Path, write
 
     assert record["lease"] == 1 and record["pid"] == a.pid
     assert snapshot(db, job) == before, f"the zombie's {write} changed the row"
-    wait_until(lambda: "lease 1 lost" in a.output() or "lease 1" in a.output(),
-               message="A logged the fenced write")
+    wait_until(
+        lambda: "lease 1 lost" in a.output() or "lease 1" in a.output(),
+        message="A logged the fenced write",
+    )
     assert "WARNING" in a.output() or "lost" in a.output()
     go(workdir, job, 1)
     if write == "release":

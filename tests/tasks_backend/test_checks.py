@@ -7,8 +7,10 @@ import pytest
 from django_pgjobs.backend import TASKS_AVAILABLE
 
 if not TASKS_AVAILABLE:
-    pytest.skip("django.tasks needs Django >= 6.0; only test_import runs on this Django",
-                allow_module_level=True)
+    pytest.skip(
+        "django.tasks needs Django >= 6.0; only test_import runs on this Django",
+        allow_module_level=True,
+    )
 
 from django.core.checks import run_checks
 from django.tasks import task_backends
@@ -44,8 +46,7 @@ def test_bad_queue_name() -> None:
 
 
 def test_checks_run_through_manage_check() -> None:
-    bad = {"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend",
-                       "OPTIONS": {"nope": 1}}}
+    bad = {"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend", "OPTIONS": {"nope": 1}}}
     with override_settings(TASKS=bad):
         ids = {m.id for m in run_checks()}
     assert "django_pgjobs.T002" in ids

@@ -10,8 +10,10 @@ import pytest
 from django_pgjobs.backend import TASKS_AVAILABLE
 
 if not TASKS_AVAILABLE:
-    pytest.skip("django.tasks needs Django >= 6.0; only test_import runs on this Django",
-                allow_module_level=True)
+    pytest.skip(
+        "django.tasks needs Django >= 6.0; only test_import runs on this Django",
+        allow_module_level=True,
+    )
 
 from asgiref.sync import async_to_sync
 from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
@@ -65,7 +67,11 @@ def test_enqueue_task() -> None:
         _ = result.return_value
     job = Job.objects.get(pk=int(result.id))
     assert (job.task, job.queue, job.priority, job.status) == (
-        t.noop_task.module_path, "default", 0, "pending")
+        t.noop_task.module_path,
+        "default",
+        0,
+        "pending",
+    )
 
 
 def test_enqueue_async_task_and_aenqueue() -> None:
@@ -99,7 +105,9 @@ def test_arguments_round_trip_as_json() -> None:
 
 @pytest.mark.parametrize("bad", [datetime.now(), {1, 2}, object(), float("nan")])
 def test_invalid_arguments_write_nothing(bad: object) -> None:
-    with pytest.raises(TypeError, match=re.escape("positional argument 0 of tests.tasks_backend.tasks.echo")):
+    with pytest.raises(
+        TypeError, match=re.escape("positional argument 0 of tests.tasks_backend.tasks.echo")
+    ):
         t.echo.enqueue(bad)
     with pytest.raises(TypeError, match="argument 'key' of"):
         t.echo.enqueue(key=bad)
@@ -171,19 +179,25 @@ def test_module_level_function_required() -> None:
         pass
 
     for func in (inner, lambda: None):
-        with pytest.raises(InvalidTask, match=re.escape("Task function must be defined at a module level.")):
+        with pytest.raises(
+            InvalidTask, match=re.escape("Task function must be defined at a module level.")
+        ):
             task()(func)
 
 
 def test_takes_context_needs_context_argument() -> None:
-    with pytest.raises(InvalidTask,
-                       match=re.escape("Task takes context but does not have a first argument of 'context'.")):
+    with pytest.raises(
+        InvalidTask,
+        match=re.escape("Task takes context but does not have a first argument of 'context'."),
+    ):
         task(takes_context=True)(t.add.func)
 
 
 @pytest.mark.parametrize("priority", [-101, 101, 1.5])
 def test_priority_bounds(priority: float) -> None:
-    with pytest.raises(InvalidTask, match=re.escape("priority must be a whole number between -100 and 100.")):
+    with pytest.raises(
+        InvalidTask, match=re.escape("priority must be a whole number between -100 and 100.")
+    ):
         t.noop_task.using(priority=priority)  # type: ignore[arg-type]
 
 
@@ -220,19 +234,29 @@ def test_our_option_rules() -> None:
     with pytest.raises(InvalidTask, match="idempotency_key must be a non-empty string"):
         t.noop_task.using(idempotency_key="x" * 300)
     with pytest.raises(InvalidTask, match="retry_on takes exception classes"):
-        PgJobsTask(func=t.add.func, priority=0, backend="default", queue_name="default",
-                   run_after=None, retry_on=("nope",))  # type: ignore[arg-type]
+        PgJobsTask(
+            func=t.add.func,
+            priority=0,
+            backend="default",
+            queue_name="default",
+            run_after=None,
+            retry_on=("nope",),
+        )  # type: ignore[arg-type]
 
 
 def test_unknown_backend_alias() -> None:
-    with pytest.raises(InvalidTaskBackend, match=re.escape("The connection 'missing' doesn't exist.")):
+    with pytest.raises(
+        InvalidTaskBackend, match=re.escape("The connection 'missing' doesn't exist.")
+    ):
         t.noop_task.using(backend="missing")
 
 
 def test_validate_on_enqueue_writes_nothing() -> None:
     task_ = t.noop_task.using(queue_name="queue_1")
     with override_settings(TASKS={"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend"}}):
-        with pytest.raises(InvalidTask, match=re.escape("Queue 'queue_1' is not valid for backend.")):
+        with pytest.raises(
+            InvalidTask, match=re.escape("Queue 'queue_1' is not valid for backend.")
+        ):
             task_.enqueue()
         with pytest.raises(InvalidTask):
             async_to_sync(task_.aenqueue)()
@@ -242,8 +266,9 @@ def test_validate_on_enqueue_writes_nothing() -> None:
 # -- get_result -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad_id", ["abc", "123", 123, "", "-1", "1.5", "99999999999999999999",
-                                    " 1", "\u0661"])
+@pytest.mark.parametrize(
+    "bad_id", ["abc", "123", 123, "", "-1", "1.5", "99999999999999999999", " 1", "\u0661"]
+)
 def test_get_result_missing_or_malformed(bad_id: object) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result(bad_id)
@@ -259,8 +284,10 @@ def test_get_result_of_a_job_is_not_a_task_result() -> None:
 
 def test_get_result_mismatch() -> None:
     result = t.noop_task.enqueue()
-    with pytest.raises(TaskResultMismatch,
-                       match=re.escape("Task does not match (received 'tests.tasks_backend.tasks.noop_task')")):
+    with pytest.raises(
+        TaskResultMismatch,
+        match=re.escape("Task does not match (received 'tests.tasks_backend.tasks.noop_task')"),
+    ):
         t.calculate_meaning_of_life.get_result(result.id)
     with pytest.raises(TaskResultMismatch):
         async_to_sync(t.calculate_meaning_of_life.aget_result)(result.id)

@@ -119,6 +119,10 @@ def test_naive_datetimes_of_a_failed_result_compare_with_now() -> None:
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     now = timezone.now()
-    for value in (result.enqueued_at, result.started_at, result.finished_at,
-                  result.last_attempted_at):
+    for value in (
+        result.enqueued_at,
+        result.started_at,
+        result.finished_at,
+        result.last_attempted_at,
+    ):
         assert value is not None and timezone.is_naive(value) and value <= now

@@ -14,8 +14,12 @@ def test_module_imports_and_explains_requirement() -> None:
     assert "Django >= 6.0" in backend.REQUIREMENT
     if backend.TASKS_AVAILABLE:
         cls = backend.PgJobsBackend
-        assert (cls.supports_defer, cls.supports_priority, cls.supports_get_result,
-                cls.supports_async_task) == (True, True, True, True)
+        assert (
+            cls.supports_defer,
+            cls.supports_priority,
+            cls.supports_get_result,
+            cls.supports_async_task,
+        ) == (True, True, True, True)
     else:
         with pytest.raises(ImportError, match=r"needs Django >= 6\.0"):
             from django_pgjobs.backend import PgJobsBackend  # noqa: F401

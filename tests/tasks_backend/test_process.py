@@ -7,8 +7,10 @@ import pytest
 from django_pgjobs.backend import TASKS_AVAILABLE
 
 if not TASKS_AVAILABLE:
-    pytest.skip("django.tasks needs Django >= 6.0; only test_import runs on this Django",
-                allow_module_level=True)
+    pytest.skip(
+        "django.tasks needs Django >= 6.0; only test_import runs on this Django",
+        allow_module_level=True,
+    )
 
 from collections.abc import Callable
 from typing import Any
@@ -24,8 +26,12 @@ pytestmark = pytest.mark.process
 
 
 def test_runjobs_runs_tasks_and_jobs(start_worker: Callable[..., Any]) -> None:
-    results = [t.add.enqueue(2, 2), t.async_add.enqueue(3, 4), t.fail_until.enqueue(2),
-               t.get_context.enqueue()]
+    results = [
+        t.add.enqueue(2, 2),
+        t.async_add.enqueue(3, 4),
+        t.fail_until.enqueue(2),
+        t.get_context.enqueue(),
+    ]
     job = t.plain_job.enqueue(10)
     worker = start_worker("--concurrency", "4")
 

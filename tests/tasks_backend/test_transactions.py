@@ -7,8 +7,10 @@ import pytest
 from django_pgjobs.backend import TASKS_AVAILABLE
 
 if not TASKS_AVAILABLE:
-    pytest.skip("django.tasks needs Django >= 6.0; only test_import runs on this Django",
-                allow_module_level=True)
+    pytest.skip(
+        "django.tasks needs Django >= 6.0; only test_import runs on this Django",
+        allow_module_level=True,
+    )
 
 import psycopg
 from django.db import transaction
@@ -18,8 +20,9 @@ from . import tasks as t
 
 
 def _visible(conn: psycopg.Connection, result_id: str) -> bool:
-    row = conn.execute("SELECT count(*) FROM django_pgjobs_job WHERE id = %s",
-                       [int(result_id)]).fetchone()
+    row = conn.execute(
+        "SELECT count(*) FROM django_pgjobs_job WHERE id = %s", [int(result_id)]
+    ).fetchone()
     return bool(row and row[0])
 
 

@@ -15,8 +15,10 @@ import pytest
 from django_pgjobs.backend import TASKS_AVAILABLE
 
 if not TASKS_AVAILABLE:
-    pytest.skip("django.tasks needs Django >= 6.0; only test_import runs on this Django",
-                allow_module_level=True)
+    pytest.skip(
+        "django.tasks needs Django >= 6.0; only test_import runs on this Django",
+        allow_module_level=True,
+    )
 
 import django
 from django.db import connection
@@ -123,11 +125,14 @@ def test_failure_path_after_the_last_attempt() -> None:
         _ = result.return_value
 
 
-@pytest.mark.parametrize(("task_name", "exc"), [
-    ("failing_task_value_error", ValueError),
-    ("failing_task_system_exit", SystemExit),
-    ("complex_exception", ValueError),
-])
+@pytest.mark.parametrize(
+    ("task_name", "exc"),
+    [
+        ("failing_task_value_error", ValueError),
+        ("failing_task_system_exit", SystemExit),
+        ("complex_exception", ValueError),
+    ],
+)
 def test_exceptions_are_recorded(task_name: str, exc: type[BaseException]) -> None:
     result = getattr(t, task_name).using(max_attempts=1).enqueue()
     drain()
@@ -145,7 +150,8 @@ def test_bad_return_value_fails_without_retry() -> None:
     assert result.attempts == 1 and len(result.errors) == 1
     assert result.errors[0].exception_class is TypeError
     assert "the return value of tests.tasks_backend.tasks.complex_return_value" in (
-        result.errors[0].traceback)
+        result.errors[0].traceback
+    )
 
 
 def test_cancelled_is_failed_with_a_task_error() -> None:
@@ -210,10 +216,17 @@ def received() -> Iterator[list[tuple[str, Any, str]]]:
     def make(name: str) -> Any:
         def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
             seen.append((name, sender, str(task_result.status)))
+
         return receiver
 
-    receivers = {s: make(n) for s, n in ((task_enqueued, "enqueued"),
-                                          (task_started, "started"), (task_finished, "finished"))}
+    receivers = {
+        s: make(n)
+        for s, n in (
+            (task_enqueued, "enqueued"),
+            (task_started, "started"),
+            (task_finished, "finished"),
+        )
+    }
     for signal, receiver in receivers.items():
         signal.connect(receiver)
     yield seen
@@ -224,8 +237,11 @@ def received() -> Iterator[list[tuple[str, Any, str]]]:
 def test_signals_are_sent(received: list[tuple[str, Any, str]]) -> None:
     t.noop_task.enqueue()
     drain()
-    assert received == [("enqueued", PgJobsBackend, "READY"), ("started", PgJobsBackend, "RUNNING"),
-                        ("finished", PgJobsBackend, "SUCCESSFUL")]
+    assert received == [
+        ("enqueued", PgJobsBackend, "READY"),
+        ("started", PgJobsBackend, "RUNNING"),
+        ("finished", PgJobsBackend, "SUCCESSFUL"),
+    ]
 
 
 def test_finished_only_once_for_a_retried_task(received: list[tuple[str, Any, str]]) -> None:
@@ -242,16 +258,20 @@ def test_log_lines_carry_the_traceback(caplog: pytest.LogCaptureFixture) -> None
         drain()
     records = [r for r in caplog.records if r.name == "django.tasks"]
     assert len(records) == 6
-    assert any(f"id={ok.id}" in r.getMessage() and "state=SUCCESSFUL" in r.getMessage()
-               for r in records)
-    failed = [r for r in records if f"id={bad.id}" in r.getMessage() and "state=FAILED" in r.getMessage()]
+    assert any(
+        f"id={ok.id}" in r.getMessage() and "state=SUCCESSFUL" in r.getMessage() for r in records
+    )
+    failed = [
+        r for r in records if f"id={bad.id}" in r.getMessage() and "state=FAILED" in r.getMessage()
+    ]
     assert len(failed) == 1 and failed[0].levelno == logging.ERROR
     assert failed[0].exc_info is not None and failed[0].exc_info[0] is ValueError
 
 
 @pytest.mark.parametrize("signal", [task_enqueued, task_started, task_finished])
-def test_raising_receiver_cannot_change_the_outcome(signal: Any,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_raising_receiver_cannot_change_the_outcome(
+    signal: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     def boom(**kwargs: Any) -> None:
         raise RuntimeError("receiver failed")
 
@@ -271,15 +291,25 @@ def test_raising_receiver_cannot_change_the_outcome(signal: Any,
 
 
 def test_worker_threads_run_tasks_async_tasks_and_jobs() -> None:
-    results = [t.async_add.enqueue(1, 1), t.async_context.enqueue(), t.get_context.enqueue(),
-               t.fail_until.enqueue(2)]
+    results = [
+        t.async_add.enqueue(1, 1),
+        t.async_context.enqueue(),
+        t.get_context.enqueue(),
+        t.fail_until.enqueue(2),
+    ]
     job = t.plain_job.enqueue(5)
     worker_ids = set()
     deadline = time.monotonic() + 20
     while _job(results[3]).status != "completed":  # burst exits while the retry backs off
         assert time.monotonic() < deadline, "timed out"
-        worker = Worker(burst=True, concurrency=4, maintenance=False, listen=False,
-                        poll_interval=0.05, install_signal_handlers=False)
+        worker = Worker(
+            burst=True,
+            concurrency=4,
+            maintenance=False,
+            listen=False,
+            poll_interval=0.05,
+            install_signal_handlers=False,
+        )
         runner = threading.Thread(target=worker.run)
         runner.start()
         runner.join(timeout=30)

@@ -28,7 +28,7 @@ def hostile(kind: str) -> Any:
     if kind == "exiting_str":
         raise ExitingStr
     if kind == "huge_int":
-        return 10 ** 5000
+        return 10**5000
     if kind == "big":
         return "x" * 200
     return "ok"

@@ -51,8 +51,12 @@ def retry_only_transient(kind: str) -> None:
 
 @job(takes_context=True)
 def whoami(context: JobContext) -> dict[str, Any]:
-    return {"job_id": context.job_id, "attempt": context.attempt, "lease": context.lease,
-            "key": context.idempotency_key}
+    return {
+        "job_id": context.job_id,
+        "attempt": context.attempt,
+        "lease": context.lease,
+        "key": context.idempotency_key,
+    }
 
 
 @job(max_attempts=3)
@@ -80,8 +84,9 @@ def sleep_then_mark(seconds: float, marker: str) -> str:
 def atomic_insert(context: JobContext, table: str, seconds: float) -> int:
     """Writes a row, sleeps, then (inside the same transaction) completes."""
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {table} (job_id, lease) VALUES (%s, %s)",
-                       [context.job_id, context.lease])
+        cursor.execute(
+            f"INSERT INTO {table} (job_id, lease) VALUES (%s, %s)", [context.job_id, context.lease]
+        )
     time.sleep(seconds)
     return context.lease
 
@@ -110,8 +115,10 @@ def record_run(context: JobContext, table: str, seconds: float = 0.0) -> int:
     if seconds:
         time.sleep(seconds)
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {table} (job_id, lease, pid) VALUES (%s, %s, %s)",
-                       [context.job_id, context.lease, os.getpid()])
+        cursor.execute(
+            f"INSERT INTO {table} (job_id, lease, pid) VALUES (%s, %s, %s)",
+            [context.job_id, context.lease, os.getpid()],
+        )
     return context.job_id
 
 
@@ -130,11 +137,16 @@ def wait_for_cancel(context: JobContext, timeout: float) -> bool:
 def report_transactions() -> dict[str, Any]:
     """What a running job sees: is a transaction open here or on any other connection?"""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                       " AND state LIKE 'idle in transaction%%'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state LIKE 'idle in transaction%%'"
+        )
         idle_in_tx = cursor.fetchone()[0]
-    return {"in_atomic_block": connection.in_atomic_block, "idle_in_tx": idle_in_tx,
-            "autocommit": connection.get_autocommit()}
+    return {
+        "in_atomic_block": connection.in_atomic_block,
+        "idle_in_tx": idle_in_tx,
+        "autocommit": connection.get_autocommit(),
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -160,7 +172,8 @@ def _fault_effect(context: JobContext, phase: str) -> None:
         cursor.execute(
             "INSERT INTO fault_effects (job_id, lease, attempt, pid, phase) "
             "VALUES (%s, %s, %s, %s, %s)",
-            [context.job_id, context.lease, context.attempt, os.getpid(), phase])
+            [context.job_id, context.lease, context.attempt, os.getpid(), phase],
+        )
 
 
 def _fault_wait_go(directory: str, context: JobContext, timeout: float = 120) -> None:
@@ -183,8 +196,15 @@ def _fault_hold(seconds: float, spin: bool) -> None:
 
 
 @job(max_attempts=5, takes_context=True, discard_on=(FaultDiscard,))
-def fault_step(context: JobContext, dir: str = "", hold: float = 0.0, spin: bool = False,
-               stop_at: str = "", wait_go: bool = False, mode: str = "ok") -> int:
+def fault_step(
+    context: JobContext,
+    dir: str = "",
+    hold: float = 0.0,
+    spin: bool = False,
+    stop_at: str = "",
+    wait_go: bool = False,
+    mode: str = "ok",
+) -> int:
     """A job with a probe at every boundary.
 
     ``stop_at="claimed"`` SIGSTOPs the whole worker before the handler does
@@ -212,8 +232,9 @@ def fault_step(context: JobContext, dir: str = "", hold: float = 0.0, spin: bool
 
 
 @job(max_attempts=5, atomic=True, takes_context=True)
-def fault_atomic(context: JobContext, dir: str = "", stop_at: str = "",
-                 wait_go: bool = False) -> int:
+def fault_atomic(
+    context: JobContext, dir: str = "", stop_at: str = "", wait_go: bool = False
+) -> int:
     """Atomic: its effect row commits with the completion, or not at all."""
     _fault_effect(context, "end")
     if wait_go:
@@ -262,8 +283,11 @@ def _fault_signal_log(signal: Any, **kwargs: Any) -> None:
     path = os.environ.get("PGJOBS_FAULT_SIGNAL_LOG")
     if path:
         names = {id(v): k for k, v in vars(_pgjobs_signals).items()}
-        record = {"signal": names.get(id(signal), "?"), "pid": os.getpid(),
-                  **{k: v for k, v in kwargs.items() if isinstance(v, int | str | None)}}
+        record = {
+            "signal": names.get(id(signal), "?"),
+            "pid": os.getpid(),
+            **{k: v for k, v in kwargs.items() if isinstance(v, int | str | None)},
+        }
         with open(path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
 
@@ -276,9 +300,14 @@ if os.environ.get("PGJOBS_FAULT_SIGNAL_LOG"):
     for _sig in (_pgjobs_signals.job_fenced, _pgjobs_signals.jobs_reaped):
         _sig.connect(_fault_signal_log, weak=False)
 if os.environ.get("PGJOBS_FAULT_RAISING_RECEIVERS"):
-    for _sig in (_pgjobs_signals.job_started, _pgjobs_signals.job_succeeded,
-                 _pgjobs_signals.job_failed, _pgjobs_signals.job_dead,
-                 _pgjobs_signals.job_fenced, _pgjobs_signals.jobs_reaped):
+    for _sig in (
+        _pgjobs_signals.job_started,
+        _pgjobs_signals.job_succeeded,
+        _pgjobs_signals.job_failed,
+        _pgjobs_signals.job_dead,
+        _pgjobs_signals.job_fenced,
+        _pgjobs_signals.jobs_reaped,
+    ):
         _sig.connect(_fault_raising_receiver, weak=False)
 
 
@@ -300,8 +329,8 @@ def echo_value(*args: Any, **kwargs: Any) -> Any:
     return {"args": list(args), "kwargs": kwargs}
 
 
-
 # -- metrics and tracing (tests/test_metrics*.py, tests/test_tracing.py)
+
 
 @job(queue="traced", max_attempts=2)
 def traced_fails_once(marker: str) -> str:

@@ -21,7 +21,8 @@ DATABASES = {
         # complete). Not for pgbouncer < 1.21 in transaction mode (docs/howto/pgbouncer.md).
         "OPTIONS": (
             {"server_side_binding": True, "prepare_threshold": 5}
-            if os.environ.get("BENCH_PGJOBS_PREPARE", "0") == "1" else {}
+            if os.environ.get("BENCH_PGJOBS_PREPARE", "0") == "1"
+            else {}
         ),
     }
 }

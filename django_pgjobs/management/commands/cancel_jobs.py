@@ -10,18 +10,22 @@ from django_pgjobs.management.selection import CANCEL_STATUSES, SelectionCommand
 
 
 class Command(SelectionCommand):
-    help = ("Cancel pending or running jobs (lease bumped: a running job's result is "
-            "rejected and its context.is_cancelled() turns true). Needs at least one of "
-            "--ids, --task, --queue, --status.")
+    help = (
+        "Cancel pending or running jobs (lease bumped: a running job's result is "
+        "rejected and its context.is_cancelled() turns true). Needs at least one of "
+        "--ids, --task, --queue, --status."
+    )
     verb = "cancel"
     done = "Cancelled"
     statuses = CANCEL_STATUSES
 
     def selection(self, options: dict[str, Any]) -> Any:
         if not any(options[k] for k in ("ids", "task", "queue", "status")):
-            raise CommandError("cancel_jobs needs --ids, --task, --queue or --status; it "
-                               "does not cancel every job by default (pass "
-                               "--status pending,running to mean all)")
+            raise CommandError(
+                "cancel_jobs needs --ids, --task, --queue or --status; it "
+                "does not cancel every job by default (pass "
+                "--status pending,running to mean all)"
+            )
         return super().selection(options)
 
     def eligible(self, qs: Any) -> Any:

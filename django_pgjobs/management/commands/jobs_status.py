@@ -15,18 +15,27 @@ from django_pgjobs.management.commands.prune_jobs import duration
 
 
 class Command(BaseCommand):
-    help = ("Show per queue: pending, due, running, stuck, lag (age of the oldest due job), "
-            "live workers and recently finished jobs; and the jobs table's vacuum health. "
-            "Cheap on tables with millions of finished rows (no counts over history).")
+    help = (
+        "Show per queue: pending, due, running, stuck, lag (age of the oldest due job), "
+        "live workers and recently finished jobs; and the jobs table's vacuum health. "
+        "Cheap on tables with millions of finished rows (no counts over history)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
-        parser.add_argument("--window", type=duration, default=3600.0,
-                            help="how far back finished jobs are counted (default 1h)")
-        parser.add_argument("--check", action="store_true",
-                            help="exit 1 when a warning is printed (stuck jobs, due work with "
-                                 "no live worker, autovacuum off, dead-tuple bloat), 2 when "
-                                 "the database is not ready; for cron jobs and probes")
+        parser.add_argument(
+            "--window",
+            type=duration,
+            default=3600.0,
+            help="how far back finished jobs are counted (default 1h)",
+        )
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="exit 1 when a warning is printed (stuck jobs, due work with "
+            "no live worker, autovacuum off, dead-tuple bloat), 2 when "
+            "the database is not ready; for cron jobs and probes",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -10,14 +10,17 @@ from django_pgjobs.flow import pause_queue, resume_queue
 
 
 class Command(BaseCommand):
-    help = ("Pause queues: no worker claims from them (at once with LISTEN, else within "
-            "POLL_INTERVAL); running jobs finish and enqueueing still works.")
+    help = (
+        "Pause queues: no worker claims from them (at once with LISTEN, else within "
+        "POLL_INTERVAL); running jobs finish and enqueueing still works."
+    )
     pause = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("names", nargs="+", metavar="NAME", help="queue names")
-        parser.add_argument("--database", default=None,
-                            help="database alias (default: PGJOBS['DATABASE'])")
+        parser.add_argument(
+            "--database", default=None, help="database alias (default: PGJOBS['DATABASE'])"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         change = pause_queue if self.pause else resume_queue

@@ -21,7 +21,8 @@ def duration(value: str) -> float:
     match = DURATION_RE.match(value)
     if not match:
         raise ArgumentTypeError(
-            f"expected a duration such as 7d, 12h, 30m, 90s or a number of seconds, got {value!r}")
+            f"expected a duration such as 7d, 12h, 30m, 90s or a number of seconds, got {value!r}"
+        )
     seconds = float(match.group(1)) * UNITS[match.group(2) or "s"]
     if seconds <= 0:
         raise ArgumentTypeError(f"must be a positive duration, got {value!r}")
@@ -33,27 +34,42 @@ def status_list(value: str) -> list[str]:
     for name in names:
         if name not in FINISHED:
             raise ArgumentTypeError(
-                f"{name!r} is not a finished status; choose from {', '.join(FINISHED)}")
+                f"{name!r} is not a finished status; choose from {', '.join(FINISHED)}"
+            )
     if not names:
         raise ArgumentTypeError(f"expected a comma-separated list of {', '.join(FINISHED)}")
     return names
 
 
 class Command(BaseCommand):
-    help = ("Delete finished jobs older than PGJOBS RETENTION (per status), in small batches "
-            "that hold row locks for milliseconds; safe on many hosts at once.")
+    help = (
+        "Delete finished jobs older than PGJOBS RETENTION (per status), in small batches "
+        "that hold row locks for milliseconds; safe on many hosts at once."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", type=duration, default=None,
-                            help="override the retention for the chosen statuses "
-                                 "(7d, 12h, 30m, 90s)")
-        parser.add_argument("--status", type=status_list, default=None,
-                            help="comma-separated finished statuses to prune (default: every "
-                                 "status whose RETENTION is not None)")
-        parser.add_argument("--batch", type=positive_int, default=1000,
-                            help="rows deleted per statement (default 1000)")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="only count what would be deleted")
+        parser.add_argument(
+            "--older-than",
+            type=duration,
+            default=None,
+            help="override the retention for the chosen statuses (7d, 12h, 30m, 90s)",
+        )
+        parser.add_argument(
+            "--status",
+            type=status_list,
+            default=None,
+            help="comma-separated finished statuses to prune (default: every "
+            "status whose RETENTION is not None)",
+        )
+        parser.add_argument(
+            "--batch",
+            type=positive_int,
+            default=1000,
+            help="rows deleted per statement (default 1000)",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="only count what would be deleted"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         retention = dict(get_settings().RETENTION)
@@ -65,17 +81,24 @@ class Command(BaseCommand):
         pruner = Pruner(retention=retention, batch=options["batch"])
         plan = pruner.plan(statuses)
         if not plan:
-            raise CommandError("nothing to prune: the chosen statuses have RETENTION None "
-                               "(keep forever); pass --status and --older-than to prune them")
+            raise CommandError(
+                "nothing to prune: the chosen statuses have RETENTION None "
+                "(keep forever); pass --status and --older-than to prune them"
+            )
         if options["dry_run"]:
             counts = pruner.count(statuses)
             for status, older_than in plan:
-                self.stdout.write(f"would delete {counts[status]} {status} job(s) finished "
-                                  f"more than {older_than:g}s ago")
+                self.stdout.write(
+                    f"would delete {counts[status]} {status} job(s) finished "
+                    f"more than {older_than:g}s ago"
+                )
             return
         result = pruner.run_once(statuses)
         for status, older_than in plan:
-            self.stdout.write(f"deleted {result['by_status'].get(status, 0)} {status} job(s) "
-                              f"finished more than {older_than:g}s ago")
-        self.stdout.write(f"{result['deleted']} in {len(result['batches'])} batch(es) "
-                          f"of at most {pruner.batch}")
+            self.stdout.write(
+                f"deleted {result['by_status'].get(status, 0)} {status} job(s) "
+                f"finished more than {older_than:g}s ago"
+            )
+        self.stdout.write(
+            f"{result['deleted']} in {len(result['batches'])} batch(es) of at most {pruner.batch}"
+        )

@@ -18,11 +18,17 @@ class Command(BaseCommand):
     help = "Reclaim running jobs whose heartbeat is older than STALE_AFTER."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--loop", action="store_true",
-                            help="keep reaping every REAPER_INTERVAL until interrupted")
-        parser.add_argument("--stale-after", type=positive_float, default=None,
-                            help="seconds without heartbeat before a job is reclaimed "
-                                 "(default PGJOBS STALE_AFTER)")
+        parser.add_argument(
+            "--loop",
+            action="store_true",
+            help="keep reaping every REAPER_INTERVAL until interrupted",
+        )
+        parser.add_argument(
+            "--stale-after",
+            type=positive_float,
+            default=None,
+            help="seconds without heartbeat before a job is reclaimed (default PGJOBS STALE_AFTER)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         reaper = Reaper(stale_after=options["stale_after"])

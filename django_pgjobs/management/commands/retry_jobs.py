@@ -8,9 +8,11 @@ from django_pgjobs.management.selection import RETRY_STATUSES, SelectionCommand
 
 
 class Command(SelectionCommand):
-    help = ("Put dead (default), cancelled or stuck running jobs back to pending, due now, "
-            "attempts reset, lease bumped. Running jobs are retried only when their "
-            "heartbeat is stale.")
+    help = (
+        "Put dead (default), cancelled or stuck running jobs back to pending, due now, "
+        "attempts reset, lease bumped. Running jobs are retried only when their "
+        "heartbeat is stale."
+    )
     verb = "retry"
     done = "Retried"
     statuses = RETRY_STATUSES
@@ -30,5 +32,7 @@ class Command(SelectionCommand):
         if self.held:
             detail = ", ".join(f"#{i} (held by #{h})" for i, h in sorted(self.held.items()))
             n = len(self.held)
-            self.stdout.write(f"Skipped {n} job{'s' if n != 1 else ''} whose unique key is held "
-                              f"by another pending or running job: {detail}.")
+            self.stdout.write(
+                f"Skipped {n} job{'s' if n != 1 else ''} whose unique key is held "
+                f"by another pending or running job: {detail}."
+            )

@@ -37,34 +37,68 @@ class Command(BaseCommand):
     help = "Run a django-pgjobs worker: claim due jobs and run them on a thread pool."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", type=queue_list, default=None,
-                            help="comma-separated queues to work on (default: every queue, *)")
-        parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
-                            help="sync jobs run at once, one thread each "
-                                 f"(default {DEFAULT_CONCURRENCY})")
-        parser.add_argument("--async-concurrency", type=positive_int,
-                            default=DEFAULT_ASYNC_CONCURRENCY,
-                            help="async def jobs run at once on the worker's event loop "
-                                 f"(default {DEFAULT_ASYNC_CONCURRENCY})")
-        parser.add_argument("--batch", type=positive_int, default=None,
-                            help="most jobs claimed per round trip (default PGJOBS BATCH_SIZE)")
-        parser.add_argument("--burst", action="store_true",
-                            help="exit once nothing is due and nothing is running")
-        parser.add_argument("--max-jobs", type=positive_int, default=None,
-                            help="exit after claiming this many jobs")
-        parser.add_argument("--poll-interval", type=positive_float, default=None,
-                            help="seconds between polls when idle (default PGJOBS POLL_INTERVAL)")
-        parser.add_argument("--no-listen", action="store_true",
-                            help="do not LISTEN for wake-ups (behind pgbouncer in transaction mode)")
-        parser.add_argument("--no-maintenance", action="store_true",
-                            help="do not run the reaper, pruner and cron ticker in this process")
+        parser.add_argument(
+            "--queues",
+            type=queue_list,
+            default=None,
+            help="comma-separated queues to work on (default: every queue, *)",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=DEFAULT_CONCURRENCY,
+            help=f"sync jobs run at once, one thread each (default {DEFAULT_CONCURRENCY})",
+        )
+        parser.add_argument(
+            "--async-concurrency",
+            type=positive_int,
+            default=DEFAULT_ASYNC_CONCURRENCY,
+            help="async def jobs run at once on the worker's event loop "
+            f"(default {DEFAULT_ASYNC_CONCURRENCY})",
+        )
+        parser.add_argument(
+            "--batch",
+            type=positive_int,
+            default=None,
+            help="most jobs claimed per round trip (default PGJOBS BATCH_SIZE)",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="exit once nothing is due and nothing is running"
+        )
+        parser.add_argument(
+            "--max-jobs", type=positive_int, default=None, help="exit after claiming this many jobs"
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_float,
+            default=None,
+            help="seconds between polls when idle (default PGJOBS POLL_INTERVAL)",
+        )
+        parser.add_argument(
+            "--no-listen",
+            action="store_true",
+            help="do not LISTEN for wake-ups (behind pgbouncer in transaction mode)",
+        )
+        parser.add_argument(
+            "--no-maintenance",
+            action="store_true",
+            help="do not run the reaper, pruner and cron ticker in this process",
+        )
         parser.add_argument("--worker-id", default=None, help="id recorded on claimed jobs")
-        parser.add_argument("--health-file", default=None, metavar="PATH",
-                            help="touch PATH while this worker heartbeats (for a liveness "
-                                 "probe: python -m django_pgjobs.health PATH)")
-        parser.add_argument("--metrics-port", type=port_number, default=None,
-                            help="serve Prometheus metrics at /metrics on this port (0: a free "
-                                 "port, printed at start; default PGJOBS METRICS_PORT)")
+        parser.add_argument(
+            "--health-file",
+            default=None,
+            metavar="PATH",
+            help="touch PATH while this worker heartbeats (for a liveness "
+            "probe: python -m django_pgjobs.health PATH)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="serve Prometheus metrics at /metrics on this port (0: a free "
+            "port, printed at start; default PGJOBS METRICS_PORT)",
+        )
 
     def worker_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Keyword arguments for ``Worker`` from the parsed options (extend here)."""
@@ -111,8 +145,12 @@ class Command(BaseCommand):
                 metrics_module.stop()
         if options["burst"] and worker.claimed_count == 0:
             warn, why = worker_hints.idle_burst_explanation(worker.queues, alias)
-            logger.log(logging.WARNING if warn else logging.INFO, "worker %s did nothing: %s",
-                       worker.id, why)
+            logger.log(
+                logging.WARNING if warn else logging.INFO,
+                "worker %s did nothing: %s",
+                worker.id,
+                why,
+            )
         if verbosity >= 1 and not summary_was_logged():
             self.stdout.write(f"worker {worker.id} stopped: {worker.counts}")
         if worker.restart_reason:
@@ -144,12 +182,14 @@ class Command(BaseCommand):
         try:
             _, bound = metrics.start(port, queues=queues)
         except OSError as exc:
-            raise CommandError(f"--metrics-port {port}: cannot listen on it ({exc}); give each "
-                               "worker process on a host its own port, or 0 for a free one"
-                               ) from None
+            raise CommandError(
+                f"--metrics-port {port}: cannot listen on it ({exc}); give each "
+                "worker process on a host its own port, or 0 for a free one"
+            ) from None
         self.stdout.write(f"serving Prometheus metrics at http://0.0.0.0:{bound}/metrics")
         self.stdout.flush()
         return True
+
 
 def console_logging(verbosity: int) -> bool:
     """Log to stderr when the project has not configured the ``django_pgjobs`` logger

@@ -13,21 +13,41 @@ from django_pgjobs.maintenance.cron import ScheduleError, load_schedules
 
 
 class Command(BaseCommand):
-    help = ("List recurring schedules with their next fire times. With --pg-cron, install, "
-            "update and remove the matching pg_cron entries (pgjobs:<name>) idempotently.")
+    help = (
+        "List recurring schedules with their next fire times. With --pg-cron, install, "
+        "update and remove the matching pg_cron entries (pgjobs:<name>) idempotently."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--pg-cron", action="store_true",
-                            help="make pg_cron's cron.job entries pgjobs:* match the schedules")
-        parser.add_argument("--maintenance", action="store_true",
-                            help="with --pg-cron: also run the reaper and pruner from pg_cron "
-                                 "every minute (pgjobs:_reap, pgjobs:_prune)")
-        parser.add_argument("--uninstall", action="store_true",
-                            help="with --pg-cron: remove every pgjobs:* entry of this database")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="with --pg-cron: show what would change, change nothing")
-        parser.add_argument("--count", type=int, default=1, choices=range(1, 11),
-                            metavar="N", help="how many next fire times to list (1-10)")
+        parser.add_argument(
+            "--pg-cron",
+            action="store_true",
+            help="make pg_cron's cron.job entries pgjobs:* match the schedules",
+        )
+        parser.add_argument(
+            "--maintenance",
+            action="store_true",
+            help="with --pg-cron: also run the reaper and pruner from pg_cron "
+            "every minute (pgjobs:_reap, pgjobs:_prune)",
+        )
+        parser.add_argument(
+            "--uninstall",
+            action="store_true",
+            help="with --pg-cron: remove every pgjobs:* entry of this database",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="with --pg-cron: show what would change, change nothing",
+        )
+        parser.add_argument(
+            "--count",
+            type=int,
+            default=1,
+            choices=range(1, 11),
+            metavar="N",
+            help="how many next fire times to list (1-10)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -41,15 +61,23 @@ class Command(BaseCommand):
             self._list(schedules, options["count"])
             return
         try:
-            location, changes = pgcron.sync(schedules, maintenance=options["maintenance"],
-                                            uninstall=options["uninstall"],
-                                            dry_run=options["dry_run"])
+            location, changes = pgcron.sync(
+                schedules,
+                maintenance=options["maintenance"],
+                uninstall=options["uninstall"],
+                dry_run=options["dry_run"],
+            )
         except pgcron.PgCronError as exc:
             raise CommandError(str(exc)) from None
-        where = ("this database" if location.same_database else
-                 f"database {location.cron_database!r}, running in {location.app_database!r}")
-        self.stdout.write(f"pg_cron {location.version} in {where}"
-                          + (" (dry run: nothing changed)" if options["dry_run"] else ""))
+        where = (
+            "this database"
+            if location.same_database
+            else f"database {location.cron_database!r}, running in {location.app_database!r}"
+        )
+        self.stdout.write(
+            f"pg_cron {location.version} in {where}"
+            + (" (dry run: nothing changed)" if options["dry_run"] else "")
+        )
         for change in changes:
             self.stdout.write(f"  {change.action:9}  {change.jobname}  [{change.schedule}]")
         if not changes:
@@ -58,7 +86,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 "note: PGJOBS['CRON_ENGINE'] is 'builtin', so runjobs processes enqueue these "
                 "schedules too (both engines use the same idempotency keys: still one job per "
-                "fire time). Set CRON_ENGINE = 'pg_cron' to leave them to pg_cron.")
+                "fire time). Set CRON_ENGINE = 'pg_cron' to leave them to pg_cron."
+            )
 
     def _list(self, schedules: list[Any], count: int) -> None:
         if not schedules:
@@ -74,4 +103,5 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{s.name}  [{s.expression}{'' if s.timezone == 'UTC' else ' ' + s.timezone}]  "
                 f"task={s.task} queue={s.queue} priority={s.priority}{args}{kwargs}  "
-                f"({s.source})\n  next: {nexts}")
+                f"({s.source})\n  next: {nexts}"
+            )

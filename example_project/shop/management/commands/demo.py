@@ -58,9 +58,11 @@ def batch_counts(ids: list[int]) -> dict[str, int]:
 def render_bar(counts: dict[str, int], total: int, elapsed: float) -> str:
     done = total - counts["unfinished"]
     filled = BAR_WIDTH * done // total if total else BAR_WIDTH
-    return (f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done:>3}/{total} finished  "
-            f"completed {counts['completed']}  retried {counts['retried']}  "
-            f"dead {counts['dead']}  {elapsed:4.1f}s")
+    return (
+        f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done:>3}/{total} finished  "
+        f"completed {counts['completed']}  retried {counts['retried']}  "
+        f"dead {counts['dead']}  {elapsed:4.1f}s"
+    )
 
 
 class BurstRunner(threading.Thread):
@@ -87,9 +89,11 @@ class BurstRunner(threading.Thread):
         try:
             while not self._stop_requested.is_set() and time.monotonic() < self.deadline:
                 self._worker = Worker(
-                    burst=True, concurrency=self.concurrency, poll_interval=0.1,
-                    listen=False,        # a burst never idles, so LISTEN buys nothing
-                    maintenance=False,   # reaper/pruner/cron belong to long-lived runjobs
+                    burst=True,
+                    concurrency=self.concurrency,
+                    poll_interval=0.1,
+                    listen=False,  # a burst never idles, so LISTEN buys nothing
+                    maintenance=False,  # reaper/pruner/cron belong to long-lived runjobs
                     install_signal_handlers=False,  # the main thread handles Ctrl-C
                 )
                 if self._stop_requested.is_set():  # stop() raced the assignment above
@@ -110,16 +114,25 @@ class BurstRunner(threading.Thread):
 
 
 class Command(BaseCommand):
-    help = ("Migrate, place a batch of orders (jobs that succeed, retry and dead-letter), "
-            "run a worker in this process with a progress bar, and report the batch.")
+    help = (
+        "Migrate, place a batch of orders (jobs that succeed, retry and dead-letter), "
+        "run a worker in this process with a progress bar, and report the batch."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--orders", type=int, default=20,
-                            help="orders to place (each enqueues 2 jobs; default 20)")
-        parser.add_argument("--concurrency", type=int, default=4,
-                            help="worker threads (default 4)")
-        parser.add_argument("--timeout", type=float, default=45.0,
-                            help="give up after this many seconds of work (default 45)")
+        parser.add_argument(
+            "--orders",
+            type=int,
+            default=20,
+            help="orders to place (each enqueues 2 jobs; default 20)",
+        )
+        parser.add_argument("--concurrency", type=int, default=4, help="worker threads (default 4)")
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=45.0,
+            help="give up after this many seconds of work (default 45)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         orders, concurrency, timeout = options["orders"], options["concurrency"], options["timeout"]
@@ -138,29 +151,39 @@ class Command(BaseCommand):
         self.ensure_database()
         call_command("migrate", interactive=False, verbosity=0)
 
-        self.step(f"2. Placing {orders} orders; each enqueues capture_payment and "
-                  "send_invoice_email in the order's transaction")
+        self.step(
+            f"2. Placing {orders} orders; each enqueues capture_payment and "
+            "send_invoice_email in the order's transaction"
+        )
         ids = self.place_batch(orders)
         self.show_rollback()
 
-        self.step(f"3. Working off the batch's {len(ids)} jobs with an in-process burst worker "
-                  f"(concurrency {concurrency})")
+        self.step(
+            f"3. Working off the batch's {len(ids)} jobs with an in-process burst worker "
+            f"(concurrency {concurrency})"
+        )
         earlier = Job.objects.due().exclude(id__in=ids).count()
         if earlier:
-            self.stdout.write(f"   note: {earlier} due jobs from earlier (interrupted?) runs or the "
-                              "web shop will be run too, but not counted below")
+            self.stdout.write(
+                f"   note: {earlier} due jobs from earlier (interrupted?) runs or the "
+                "web shop will be run too, but not counted below"
+            )
         runner = self.work(ids, concurrency=concurrency, timeout=timeout)
 
         self.step("4. Results for this batch")
         unfinished = self.report(ids)
-        self.stdout.write(f"Done in {time.monotonic() - started:.1f}s "
-                          f"({runner.bursts} burst{'s' if runner.bursts != 1 else ''}).")
+        self.stdout.write(
+            f"Done in {time.monotonic() - started:.1f}s "
+            f"({runner.bursts} burst{'s' if runner.bursts != 1 else ''})."
+        )
         if runner.error is not None:
             raise CommandError(f"the worker failed: {runner.error!r}")
         if unfinished:
             why = "interrupted" if runner.interrupted else f"timed out after {timeout:g}s"
-            raise CommandError(f"{why}: {unfinished} jobs of this batch are unfinished; "
-                               "`manage.py runjobs` (or the next demo) will run them")
+            raise CommandError(
+                f"{why}: {unfinished} jobs of this batch are unfinished; "
+                "`manage.py runjobs` (or the next demo) will run them"
+            )
 
     # ------------------------------------------------------------------ steps
 
@@ -194,17 +217,23 @@ class Command(BaseCommand):
             raise CommandError("the shop has no LAMP/MUG products; did the migration run?")
         # Keep the demo repeatable: restock what it is about to sell.
         Product.objects.filter(pk__in=[p.pk for p in products], stock__lt=orders).update(
-            stock=orders * 10)
+            stock=orders * 10
+        )
         placed = [
-            place_order(email=f"customer{i}@example.com", product=products[i % len(products)],
-                        card_last4=card_for(i))
+            place_order(
+                email=f"customer{i}@example.com",
+                product=products[i % len(products)],
+                card_last4=card_for(i),
+            )
             for i in range(orders)
         ]
         order_ids = [o.pk for o in placed]
         crm = export_orders_to_crm.enqueue(order_ids)
         ids = list(
-            Job.objects.filter(task__in=["shop.jobs.capture_payment", "shop.jobs.send_invoice_email"],
-                               args__0__in=order_ids).values_list("id", flat=True)
+            Job.objects.filter(
+                task__in=["shop.jobs.capture_payment", "shop.jobs.send_invoice_email"],
+                args__0__in=order_ids,
+            ).values_list("id", flat=True)
         )
         ids.append(crm.id)
         declined = sum(card_for(i) == CARD_DECLINED for i in range(orders))
@@ -213,7 +242,8 @@ class Command(BaseCommand):
             f"   orders #{order_ids[0]} to #{order_ids[-1]}: {orders - declined - flaky} pay at once, "
             f"{flaky} hit a gateway timeout first (retried), {declined} are declined "
             "(dead-lettered)\n   plus 1 export to a legacy CRM that is down "
-            "(retried, then dead-lettered)")
+            "(retried, then dead-lettered)"
+        )
         return ids
 
     def show_rollback(self) -> None:
@@ -228,7 +258,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"   then an oversold order ({exc}) rolled back with its 2 jobs: "
                 f"orders {orders_before} -> {Order.objects.count()}, "
-                f"jobs {jobs_before} -> {Job.objects.count()}")
+                f"jobs {jobs_before} -> {Job.objects.count()}"
+            )
 
     def work(self, ids: list[int], *, concurrency: int, timeout: float) -> BurstRunner:
         runner = BurstRunner(ids, concurrency=concurrency, deadline=time.monotonic() + timeout)
@@ -259,15 +290,19 @@ class Command(BaseCommand):
             f"   completed  {counts['completed']:>3}   ({retried_ok} of them after a retry)\n"
             f"   retried    {counts['retried']:>3}   (failed at least once, then ran again)\n"
             f"   dead       {counts['dead']:>3}   (dead-lettered: in the admin, filter "
-            "Jobs by status \"dead\" to retry them)")
+            'Jobs by status "dead" to retry them)'
+        )
         if counts["unfinished"]:
             self.stdout.write(f"   unfinished {counts['unfinished']:>3}")
         for job in jobs.filter(status=JobStatus.DEAD).order_by("id"):
-            self.stdout.write(f"     dead #{job.id} {job.task} after {job.attempts}/"
-                              f"{job.max_attempts} attempts: {job.last_error}")
+            self.stdout.write(
+                f"     dead #{job.id} {job.task} after {job.attempts}/"
+                f"{job.max_attempts} attempts: {job.last_error}"
+            )
         paid = Order.objects.filter(pk__in=self.order_ids(ids), paid_at__isnull=False).count()
-        invoiced = Order.objects.filter(pk__in=self.order_ids(ids),
-                                        invoiced_at__isnull=False).count()
+        invoiced = Order.objects.filter(
+            pk__in=self.order_ids(ids), invoiced_at__isnull=False
+        ).count()
         self.stdout.write(f"   orders paid {paid}, invoice emails sent {invoiced}")
         sys.stdout.flush()
         return counts["unfinished"]
@@ -275,6 +310,8 @@ class Command(BaseCommand):
     @staticmethod
     def order_ids(ids: list[int]) -> set[int]:
         return {
-            args[0] for args in Job.objects.filter(
-                id__in=ids, task="shop.jobs.send_invoice_email").values_list("args", flat=True)
+            args[0]
+            for args in Job.objects.filter(
+                id__in=ids, task="shop.jobs.send_invoice_email"
+            ).values_list("args", flat=True)
         }
