@@ -55,8 +55,10 @@ def _history() -> None:
 
 
 def test_overview_charts_refresh_in_place(
-    page: Any, live_server: Any, django_user_model: Any
-) -> None:  # noqa: F811
+    page: Any,  # noqa: F811
+    live_server: Any,
+    django_user_model: Any,
+) -> None:
     django_user_model.objects.create_superuser("oncall", "oncall@example.com", "3am-password")
     _history()
     base = live_server.url
