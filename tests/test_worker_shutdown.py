@@ -161,3 +161,20 @@ def test_job_result_reads_the_configured_database_alias(settings: Any) -> None:
     settings.PGJOBS = {**settings.PGJOBS, "DATABASE": "pgjobs-elsewhere"}
     with pytest.raises(ConnectionDoesNotExist, match="pgjobs-elsewhere"):
         Job(id=job.id).result  # noqa: B018 - the property reads the database
+
+
+def test_runjobs_exits_1_when_a_job_is_left_to_the_reaper(
+    refuse_outcomes: Callable[[int], None], start_worker: Callable[..., Any]
+) -> None:
+    """The operator's view: ``runjobs --burst`` exits 1 (and says why) when an outcome
+    could not be written; 0 when everything was."""
+    jobs.add.enqueue(1, 2)
+    ok = start_worker("--burst", "--no-maintenance")
+    assert ok.wait() == 0, ok.output()
+    stuck = jobs.add.enqueue(3, 4)
+    refuse_outcomes(stuck.id)
+    failed = start_worker("--burst", "--no-maintenance")
+    assert failed.wait() == 1, failed.output()
+    assert "1 job(s) could not be written back" in failed.output()
+    stuck.refresh_from_db()
+    assert stuck.status == "running"
