@@ -8,7 +8,7 @@ and are normalised to float seconds here, so the rest of the package never sees 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -90,32 +90,37 @@ def suggest(name: str, known: list[str] | set[str] | frozenset[str]) -> str:
 
 @dataclass(frozen=True)
 class PgJobsSettings:
-    DATABASE: str = "default"
-    MAX_ATTEMPTS: int = 5
-    BACKOFF_BASE: float = 1.0
-    BACKOFF_CAP: float = 3600.0
-    HEARTBEAT_INTERVAL: float = 5.0
-    STALE_AFTER: float = 30.0
-    POLL_INTERVAL: float = 1.0
-    BATCH_SIZE: int = 100
-    SHUTDOWN_TIMEOUT: float = 30.0
-    REAPER_INTERVAL: float = 10.0
-    PRUNER_INTERVAL: float = 300.0
-    CRON_INTERVAL: float = 1.0
-    CRON_CATCHUP_WINDOW: float = 3600.0
-    RETENTION: dict[str, float | None] = field(default_factory=dict)
-    CRON: dict[str, dict[str, Any]] = field(default_factory=dict)
-    CRON_ENGINE: str = "builtin"
-    LISTEN: bool = True
-    PREPARE: bool | str = "auto"
-    MAX_ARGS_BYTES: int = 1_048_576
-    MAX_RESULT_BYTES: int = 1_048_576
-    MAX_ERRORS_KEPT: int = 20
-    DEFAULT_TIMEOUT: float | None = None
-    UNKNOWN_TASK_TIMEOUT: float = 3600.0
-    QUEUES: dict[str, dict[str, Any]] = field(default_factory=dict)
-    JOB_MODULES: list[str] = field(default_factory=list)
-    METRICS_PORT: int | None = None
+    """The effective settings: ``DEFAULTS`` merged with ``PGJOBS`` and normalised.
+
+    No defaults here: ``DEFAULTS`` is their one home and ``build_settings`` passes
+    every key."""
+
+    DATABASE: str
+    MAX_ATTEMPTS: int
+    BACKOFF_BASE: float
+    BACKOFF_CAP: float
+    HEARTBEAT_INTERVAL: float
+    STALE_AFTER: float
+    POLL_INTERVAL: float
+    BATCH_SIZE: int
+    SHUTDOWN_TIMEOUT: float
+    REAPER_INTERVAL: float
+    PRUNER_INTERVAL: float
+    CRON_INTERVAL: float
+    CRON_CATCHUP_WINDOW: float
+    RETENTION: dict[str, float | None]
+    CRON: dict[str, dict[str, Any]]
+    CRON_ENGINE: str
+    LISTEN: bool
+    PREPARE: bool | str
+    MAX_ARGS_BYTES: int
+    MAX_RESULT_BYTES: int
+    MAX_ERRORS_KEPT: int
+    DEFAULT_TIMEOUT: float | None
+    UNKNOWN_TASK_TIMEOUT: float
+    QUEUES: dict[str, dict[str, Any]]
+    JOB_MODULES: list[str]
+    METRICS_PORT: int | None
 
 
 def raw_settings() -> dict[str, Any]:

@@ -148,8 +148,12 @@ class Job(models.Model):
 
     @property
     def result(self) -> Any:
-        """The stored return value of a completed job, or ``None``."""
-        row = JobResult.objects.using(self._state.db or "default").filter(job_id=self.id).first()
+        """The stored return value of a completed job, or ``None``. Read from the
+        database the row came from, else from ``PGJOBS["DATABASE"]``."""
+        from django_pgjobs.conf import get_settings
+
+        alias = self._state.db or get_settings().DATABASE
+        row = JobResult.objects.using(alias).filter(job_id=self.id).first()
         return None if row is None else row.value
 
 

@@ -41,11 +41,14 @@ job_released = Signal()
 job_timed_out = Signal()
 
 
-def send(signal: Signal, **kwargs: Any) -> None:
-    """``send_robust`` that logs what a receiver raised, never propagates it."""
+def send(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
+    """``send_robust`` that logs what a receiver raised, never propagates it.
+
+    The one way the package sends a signal, its own and ``django.tasks``' alike
+    (``tasks.bridge`` sends ``task_started`` / ``task_finished`` through it)."""
     if not signal.receivers:
         return
-    for receiver, response in signal.send_robust(sender=None, **kwargs):
+    for receiver, response in signal.send_robust(sender=sender, **kwargs):
         if isinstance(response, BaseException):
             logger.error(
                 "signal receiver %r raised %r (ignored; the job's outcome is unchanged)",

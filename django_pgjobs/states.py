@@ -1,7 +1,9 @@
 """The job state machine: the one definition of statuses and the moves between them.
 
-Every statement in ``sql.py`` that changes a status names its move here, and the
-transition tests are driven from ``ALLOWED_TRANSITIONS``.
+``ALLOWED_TRANSITIONS`` lists every move and the operation that makes it; the
+statements that make them live in ``sql.py``. The transition tests
+(``tests/test_transitions.py``) are driven from this table, so a statement that
+made a move not listed here would fail them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class JobStatus(models.TextChoices):
 
 #: States a job never leaves except through an explicit retry (admin or API).
 TERMINAL: frozenset[str] = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
+#: ``TERMINAL`` in a fixed order, for tables, columns and messages.
+FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
 #: States with work still to do; ``finished_at`` is NULL exactly in these.
 ACTIVE: frozenset[str] = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
 

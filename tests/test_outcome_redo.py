@@ -21,7 +21,8 @@ from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.executor import Outcome, error_entry
+from django_pgjobs.worker.executor import error_entry
+from django_pgjobs.worker.outcomes import Outcome
 from tests.test_worker_core import lose_first_reply
 from tests.testapp import jobs
 

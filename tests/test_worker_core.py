@@ -19,8 +19,9 @@ from django.db import OperationalError, connection, connections
 from django_pgjobs import JobTimeout, signals, sql
 from django_pgjobs.models import Job
 from django_pgjobs.throttle import Backoff
-from django_pgjobs.worker.executor import Outcome, error_entry, make_context
+from django_pgjobs.worker.executor import error_entry, make_context
 from django_pgjobs.worker.loop import InFlight, Worker
+from django_pgjobs.worker.outcomes import Outcome
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -40,9 +40,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from django_pgjobs import registry, sql
 from django_pgjobs.admin import charts
+from django_pgjobs.ages import format_age
 from django_pgjobs.conf import get_settings
 from django_pgjobs.health import overview as overview_queries
 from django_pgjobs.maintenance.reaper import Reaper
+from django_pgjobs.managers import JobQuerySet
 from django_pgjobs.models import Job, JobResult, Worker
 from django_pgjobs.states import JobStatus
 
@@ -71,23 +73,6 @@ def _age(since: datetime | None, now: datetime | None = None) -> timedelta | Non
     if since is None:
         return None
     return (now or timezone.now()) - since
-
-
-def format_age(age: timedelta | None) -> str:
-    """``42s``, ``7m 03s``, ``3h 12m``, ``2d 4h`` — short enough for a table cell."""
-    if age is None:
-        return "—"
-    seconds = max(int(age.total_seconds()), 0)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m {seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours}h"
 
 
 def _cut(value: Any, limit: int = DETAIL_CHARS) -> str:
@@ -192,20 +177,19 @@ class AttentionFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job] | None:
         value = self.value()
+        jobs = queryset
+        assert isinstance(jobs, JobQuerySet)  # Job.objects' queryset: one home for these rules
         if value == "stuck":
-            return queryset.filter(
-                status=JobStatus.RUNNING,
-                heartbeat_at__lt=timezone.now() - timedelta(seconds=get_settings().STALE_AFTER),
-            )
+            return jobs.stuck()
         if value == "dead":
-            return queryset.filter(status=JobStatus.DEAD)
+            return jobs.dead()
         if value == "due":
-            return queryset.filter(status=JobStatus.PENDING, run_at__lte=timezone.now())
+            return jobs.due()
         if value == "unknown":  # deploy skew (skew.py): no live worker claims these
             from django_pgjobs.worker.skew import live_tasks
 
             known = live_tasks(connections[_alias()], stale_after=get_settings().STALE_AFTER)
-            return queryset.filter(status=JobStatus.PENDING).exclude(task__in=sorted(known))
+            return jobs.pending().exclude(task__in=sorted(known))
         return queryset
 
 
@@ -255,14 +239,6 @@ class TaskFilter(_ExactValueFilter):
 # ---------------------------------------------------------------------------
 # Job admin
 # ---------------------------------------------------------------------------
-
-STATUS_LABELS: dict[str, str] = {
-    JobStatus.PENDING: "pending",
-    JobStatus.RUNNING: "running",
-    JobStatus.COMPLETED: "completed",
-    JobStatus.DEAD: "dead",
-    JobStatus.CANCELLED: "cancelled",
-}
 
 
 def _is_stuck(job: Job, now: datetime | None = None) -> bool:
@@ -404,7 +380,7 @@ class JobAdmin(admin.ModelAdmin):
     def status_badge(self, obj: Job) -> str:
         stuck = _is_stuck(obj)
         css = "stuck" if stuck else obj.status
-        label = "running · stuck" if stuck else STATUS_LABELS.get(obj.status, obj.status)
+        label = "running · stuck" if stuck else obj.status
         return format_html('<span class="pgjobs-status pgjobs-{}">{}</span>', css, label)
 
     @admin.display(description="attempts")
@@ -808,7 +784,7 @@ class WorkerAdmin(admin.ModelAdmin):
 
     @admin.display(description="queues")
     def queues_display(self, obj: Worker) -> str:
-        return ", ".join(obj.queues) if obj.queues else "all"
+        return ", ".join(obj.queues)  # a worker of every queue registers ["*"]
 
     @admin.display(description="last seen")
     def last_seen_age(self, obj: Worker) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import sql
-from django_pgjobs.states import JobStatus
+from django_pgjobs.states import TERMINAL, JobStatus
 
 #: The window of the overview's per-queue counts of finished jobs.
 RECENT_WINDOW = timedelta(hours=1)
@@ -39,7 +39,9 @@ DEAD_WINDOW = timedelta(hours=24)
 #: The longest throughput figure: a finished-jobs window shorter than this undercounts it.
 THROUGHPUT_WINDOW = timedelta(minutes=60)
 
-FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED)
+#: The finished statuses (``states.TERMINAL``) in the order of ``JobStatus``: the
+#: overview's columns read completed, dead, cancelled.
+FINISHED_STATUSES = tuple(s for s in JobStatus if s in TERMINAL)
 
 
 @dataclass

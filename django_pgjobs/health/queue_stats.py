@@ -29,16 +29,12 @@ logger = logging.getLogger("django_pgjobs")
 REFRESH_INTERVAL = float(os.environ.get("PGJOBS_METRICS_INTERVAL", "10"))
 
 
-@dataclass(frozen=True)
-class QueueSample:
-    """One queue's live work as the refresher last read it."""
+@dataclass
+class QueueSample(overview.QueueCounts):
+    """One queue's live work as the refresher last read it: the counts every status
+    page shares, and the lag in seconds (a gauge has no "none": 0 when nothing is due)."""
 
-    queue: str
-    pending: int = 0
-    due: int = 0
-    running: int = 0
-    stuck: int = 0
-    lag: float = 0.0  # seconds since the oldest due job's run_at; 0 when none is due
+    lag: float = 0.0  # seconds since the oldest due job's run_at
 
 
 class QueueStatsRefresher(threading.Thread):
@@ -85,7 +81,7 @@ class QueueStatsRefresher(threading.Thread):
             connection.close()
             return False
         samples = [
-            QueueSample(r.queue, r.pending, r.due, r.running, r.stuck, r.lag_seconds)
+            QueueSample(r.queue, r.pending, r.due, r.running, r.stuck, lag=r.lag_seconds)
             for r in rows.values()
         ]
         self.target.update(samples, known=self.known)

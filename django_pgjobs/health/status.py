@@ -20,13 +20,12 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs import sql
+from django_pgjobs.ages import format_age
 from django_pgjobs.conf import get_settings
 from django_pgjobs.health import overview
 from django_pgjobs.health.overview import QueueCounts, TableHealth
 from django_pgjobs.safetext import printable
-from django_pgjobs.states import TERMINAL
-
-FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
+from django_pgjobs.states import FINISHED
 
 #: The storage parameters the migration sets (docs/howto/retention-and-health.md says why).
 EXPECTED_AUTOVACUUM = (
@@ -163,8 +162,8 @@ def warnings(status: Status) -> list[str]:
         out.append(
             f"queue {unknown['queue']!r}: {unknown['pending']} pending job(s) of task "
             f"{unknown['task']!r}, which no live worker knows (oldest "
-            f"{_age(unknown['oldest'])}): they wait for a worker that registers it "
-            "(a rolling deploy), and are dead-lettered after UNKNOWN_TASK_TIMEOUT"
+            f"{format_age(unknown['oldest'], unknown='-')}): they wait for a worker that "
+            "registers it (a rolling deploy), and are dead-lettered after UNKNOWN_TASK_TIMEOUT"
         )
     return out
 
@@ -182,18 +181,6 @@ def to_json(status: Status) -> str:
     return json.dumps(data, default=default, indent=2, sort_keys=True)
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
 def _size(n: int) -> str:
     size = float(n)
     for unit in ("B", "kB", "MB", "GB"):
@@ -204,12 +191,12 @@ def _size(n: int) -> str:
 
 
 def _when(value: datetime | None, now: datetime) -> str:
-    return "never" if value is None else f"{_age((now - value).total_seconds())} ago"
+    return "never" if value is None else f"{format_age(now - value)} ago"
 
 
 def render(status: Status, now: datetime) -> str:
     """The plain-text table ``jobs_status`` prints."""
-    window = _age(status.window).replace(".0", "")
+    window = format_age(status.window)
     headers = [
         "queue",
         "pending",
@@ -227,7 +214,7 @@ def render(status: Status, now: datetime) -> str:
             str(e.due),
             str(e.running),
             str(e.stuck),
-            _age(e.lag),
+            format_age(e.lag, unknown="-"),
             str(e.workers),
             *(str(e.finished[s]) for s in FINISHED),
         ]

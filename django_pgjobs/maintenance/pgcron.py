@@ -30,6 +30,7 @@ from django_pgjobs import sql
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.cron import Schedule
 from django_pgjobs.maintenance.pruner import Pruner
+from django_pgjobs.pgconn import psycopg_params
 
 PREFIX = "pgjobs:"
 REAP_ENTRY = PREFIX + "_reap"
@@ -113,10 +114,7 @@ def locate(alias: str | None = None) -> Location:
 @contextmanager
 def _cron_connection(alias: str | None, dbname: str) -> Iterator[psycopg.Connection[Any]]:
     """A psycopg connection to ``dbname`` with the application's credentials."""
-    params = dict(connections[alias or get_settings().DATABASE].get_connection_params())
-    params["dbname"] = dbname
-    for key in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
-        params.pop(key, None)
+    params = psycopg_params(alias or get_settings().DATABASE, dbname=dbname)
     with psycopg.connect(**params) as conn:
         yield conn
 

@@ -25,11 +25,9 @@ from django.db import connections
 
 from django_pgjobs import sql
 from django_pgjobs.conf import get_settings
-from django_pgjobs.states import TERMINAL
+from django_pgjobs.states import FINISHED, TERMINAL
 
 logger = logging.getLogger("django_pgjobs")
-
-FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
 
 
 class Pruner:

@@ -18,6 +18,7 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
+from django_pgjobs import signals
 from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.enqueue import enqueue_one
 from django_pgjobs.tasks import bridge
@@ -109,7 +110,7 @@ class PgJobsBackend(BaseTaskBackend):
         )
         if getattr(job, "_pgjobs_inserted", False):
             # An existing idempotency key wrote nothing: nothing was enqueued to announce.
-            bridge.send(task_enqueued, type(self), result)
+            signals.send(task_enqueued, type(self), task_result=result)
         return result
 
     # -- results -----------------------------------------------------------

@@ -18,14 +18,12 @@ import dataclasses
 import functools
 import inspect
 import json
-import logging
 import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.dispatch import Signal
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask
@@ -33,18 +31,17 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from django_pgjobs import registry
+from django_pgjobs import registry, signals
 from django_pgjobs.conf import get_settings
 from django_pgjobs.decorators import JobDefinition
 from django_pgjobs.states import JobStatus
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.executor import Outcome
+from django_pgjobs.worker.executor import never_retry
+from django_pgjobs.worker.outcomes import Outcome
 
 if TYPE_CHECKING:
     from django_pgjobs.context import JobContext
     from django_pgjobs.models import Job
-
-logger = logging.getLogger("django_pgjobs")
 
 #: Registry-name prefix for a task whose module path is taken by a ``@job(name=...)``.
 PREFIX = "django.tasks:"
@@ -58,10 +55,6 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
     JobStatus.DEAD: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
 }
-
-#: Attribute set on an exception that must not be retried (a bad return value:
-#: the function ran and its side effects happened; running it again cannot fix a type).
-_NO_RETRY = "_pgjobs_no_retry"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,11 +126,6 @@ def clone(task: Task, **changes: Any) -> Task:  # type: ignore[type-arg]
 @dataclasses.dataclass(frozen=True)
 class TaskDefinition(JobDefinition):
     """A ``JobDefinition`` whose function is a ``django.tasks`` task (in ``extra["task"]``)."""
-
-    def should_retry(self, exc: BaseException) -> bool:
-        if getattr(exc, _NO_RETRY, False):
-            return False
-        return super().should_retry(exc)
 
     @property
     def task(self) -> Task:  # type: ignore[type-arg]
@@ -240,7 +228,7 @@ def _return_value(value: Any, path: str) -> Any:
     try:
         return to_json(value, f"the return value of {path}")
     except TypeError as exc:
-        setattr(exc, _NO_RETRY, True)
+        never_retry(exc)  # the task ran; running it again cannot fix its value
         raise
 
 
@@ -363,19 +351,6 @@ def result_from_job(
 # ---------------------------------------------------------------------------
 
 
-def send(signal: Signal, sender: type, result: TaskResult) -> None:  # type: ignore[type-arg]
-    """Send a Tasks signal; a receiver that raises is logged, never propagated."""
-    for receiver, response in signal.send_robust(sender=sender, task_result=result):
-        if isinstance(response, BaseException):
-            logger.error(
-                "django.tasks signal receiver %r raised %r (ignored; the job's "
-                "outcome is unchanged)",
-                receiver,
-                response,
-                exc_info=response,
-            )
-
-
 def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
     """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours."""
     from django.tasks import task_backends
@@ -407,7 +382,7 @@ def run(
     result = result_from_job(row, definition.task, backend)
     sender = type(backend)
     outcomes.after_write(job.job_id, job.lease, functools.partial(_finished, sender, result))
-    send(task_started, sender, result)
+    signals.send(task_started, sender, task_result=result)
     task = result.task
     if task.takes_context:
         value = task.call(TaskContext(task_result=result), *args, **kwargs)
@@ -434,7 +409,7 @@ def _finished(
     if outcome.kind == "completed":
         object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(result, "_return_value", outcome.value)
-        send(task_finished, sender, result)
+        signals.send(task_finished, sender, task_result=result)
         return
     exc = outcome.exception
     error = outcome.error or {}
@@ -448,9 +423,9 @@ def _finished(
     result.errors.append(TaskError(exception_class_path=path, traceback=text))
     object.__setattr__(result, "status", TaskResultStatus.FAILED)
     if exc is None:
-        send(task_finished, sender, result)
+        signals.send(task_finished, sender, task_result=result)
         return
     try:
         raise exc
     except BaseException:  # noqa: BLE001 - re-raised only to set exc_info for receivers
-        send(task_finished, sender, result)
+        signals.send(task_finished, sender, task_result=result)

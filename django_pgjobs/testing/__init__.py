@@ -18,7 +18,8 @@ from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.safetext import printable
 from django_pgjobs.states import JobStatus
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.executor import Outcome, execute
+from django_pgjobs.worker.executor import execute
+from django_pgjobs.worker.outcomes import Outcome
 
 logger = logging.getLogger("django_pgjobs")
 

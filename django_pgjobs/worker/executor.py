@@ -1,7 +1,8 @@
 """Run one claimed job and decide its outcome (no claiming, no batching here).
 
-The worker threads and ``testing.run_jobs`` both call ``execute``; what happens
-to the row afterwards is ``Outcome``'s business (see ``outcomes.py``).
+The worker threads and ``testing.run_jobs`` both call ``execute``; the decided
+``Outcome`` is written by ``outcomes.py`` (an atomic job's completion too, from
+inside the job's transaction).
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -24,26 +24,12 @@ from django_pgjobs.decorators import JobDefinition
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, UnknownTask
 from django_pgjobs.retry import backoff
 from django_pgjobs.validation import check_json, check_result_size
+from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.outcomes import Outcome
 
 logger = logging.getLogger("django_pgjobs")
 
-Kind = Literal["completed", "retry", "dead", "fenced"]
-
-
-@dataclass
-class Outcome:
-    """What should happen to the row. ``written``: the executor already wrote it
-    (atomic jobs complete inside their own transaction)."""
-
-    kind: Kind
-    value: Any = None
-    error: dict[str, Any] | None = None
-    delay: float = 0.0
-    exception: BaseException | None = None
-    written: bool = False
-    #: the JSON text of ``value``, made in the job thread (None: no value to store)
-    encoded: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+_E = TypeVar("_E", bound=BaseException)
 
 
 def error_entry(
@@ -112,13 +98,37 @@ def _failure(
     exc: BaseException,
     worker: str | None,
     *,
-    retryable: bool,
     started_at: datetime,
 ) -> Outcome:
-    entry = error_entry(claimed.attempt, exc, worker, started_at)
+    return retry_or_dead(
+        definition, claimed, exc, error_entry(claimed.attempt, exc, worker, started_at)
+    )
+
+
+#: Attribute that marks an exception as never to be retried (``never_retry``).
+NO_RETRY = "_pgjobs_no_retry"
+
+
+def never_retry(exc: _E) -> _E:
+    """Mark ``exc`` so the attempt that raised it is dead-lettered, attempts left or
+    not: a return value that cannot be stored (the handler ran and its side effects
+    happened; running it again cannot fix the value's type)."""
+    setattr(exc, NO_RETRY, True)
+    return exc
+
+
+def retry_or_dead(
+    definition: JobDefinition | None,
+    claimed: sql.Claimed,
+    exc: BaseException,
+    entry: dict[str, Any],
+) -> Outcome:
+    """The retry decision, in one place: retried after a backoff while attempts are
+    left, unless ``exc`` is marked ``never_retry`` or the job's ``retry_on`` /
+    ``discard_on`` say no; otherwise dead-lettered."""
     if (
-        retryable
-        and claimed.attempt < claimed.max_attempts
+        claimed.attempt < claimed.max_attempts
+        and not getattr(exc, NO_RETRY, False)
         and (definition is None or definition.should_retry(exc))
     ):
         conf = get_settings()
@@ -162,7 +172,7 @@ def _prepare(
         try:
             found, value = sql.result_for_key(connections[alias], claimed.idempotency_key)
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
-            return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
+            return _failure(definition, claimed, exc, worker, started_at=started_at)
         if found:
             return Outcome("completed", value=value, extra={"short_circuit": True})
     return definition, args, kwargs
@@ -191,7 +201,7 @@ def _finish(
                 f"{type(exc).__name__}: {_storable(lambda: str(failed))[:500]}"
             )
         )
-        return _failure(definition, claimed, bad, worker, retryable=False, started_at=started_at)
+        return _failure(definition, claimed, bad, worker, started_at=started_at)
     return Outcome("completed", value=value, encoded=encoded)
 
 
@@ -212,7 +222,7 @@ def execute(
             with tracing.job_span(claimed):  # OpenTelemetry "<task> process" span (or a no-op)
                 value = _call(definition, context, args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
-            return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
+            return _failure(definition, claimed, exc, worker, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except BaseException as exc:  # noqa: BLE001 - last resort: never let a thread die
         return last_resort(claimed, exc, worker)
@@ -244,7 +254,7 @@ async def aexecute(
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001
-            return _failure(definition, claimed, exc, worker, retryable=True, started_at=started_at)
+            return _failure(definition, claimed, exc, worker, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except asyncio.CancelledError:
         raise
@@ -266,15 +276,7 @@ def last_resort(claimed: sql.Claimed, exc: BaseException, worker: str | None) ->
             "traceback": None,
             "worker": worker,
         }
-    if claimed.attempt < claimed.max_attempts:
-        conf = get_settings()
-        return Outcome(
-            "retry",
-            error=entry,
-            exception=exc,
-            delay=backoff(claimed.attempt, base=conf.BACKOFF_BASE, cap=conf.BACKOFF_CAP),
-        )
-    return Outcome("dead", error=entry, exception=exc)
+    return retry_or_dead(None, claimed, exc, entry)
 
 
 def timed_out(
@@ -289,9 +291,7 @@ def timed_out(
         "its later writes are fenced)"
     )
     definition = registry.find(claimed.task)
-    outcome = _failure(
-        definition, claimed, exc, worker, retryable=True, started_at=started_at or timezone.now()
-    )
+    outcome = _failure(definition, claimed, exc, worker, started_at=started_at or timezone.now())
     outcome.extra["timed_out"] = True
     return outcome
 
@@ -301,7 +301,9 @@ class _Fenced(Exception):
 
 
 class _BadReturn(TypeError):
-    pass
+    """A return value that cannot be stored: never retried (see ``never_retry``)."""
+
+    _pgjobs_no_retry = True  # NO_RETRY, set on the class
 
 
 def _check_return(value: Any, task: str) -> None:
@@ -337,7 +339,7 @@ def _execute_atomic(
             with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
                 value = _call(definition, context, claimed.args, claimed.kwargs)
             _check_return(value, claimed.task)
-            if not sql.complete_many(connection, [(claimed.id, claimed.lease, value)]):
+            if not outcomes.complete(connection, claimed, value):
                 raise _Fenced
     except _Fenced:
         return Outcome(
@@ -348,12 +350,5 @@ def _execute_atomic(
             ),
         )
     except BaseException as exc:  # noqa: BLE001
-        return _failure(
-            definition,
-            claimed,
-            exc,
-            worker,
-            retryable=not isinstance(exc, _BadReturn),
-            started_at=started_at,
-        )
+        return _failure(definition, claimed, exc, worker, started_at=started_at)
     return Outcome("completed", value=value, written=True)

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 
 import psycopg
-from django.db import connections
 
+from django_pgjobs.pgconn import psycopg_params
 from django_pgjobs.sql import NOTIFY_CHANNEL
 from django_pgjobs.throttle import Backoff
 
@@ -29,11 +29,7 @@ class Listener(threading.Thread):
         self.connected = threading.Event()
 
     def _connect(self) -> psycopg.Connection:
-        params = connections[self.alias].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("server_side_binding", None)
-        conn = psycopg.Connection.connect(**params, autocommit=True)
+        conn = psycopg.Connection.connect(**psycopg_params(self.alias), autocommit=True)
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
 

@@ -54,8 +54,9 @@ from django_pgjobs.maintenance.services import MaintenanceThread, Service, defau
 from django_pgjobs.throttle import Backoff
 from django_pgjobs.worker import executor, outcomes
 from django_pgjobs.worker.async_runner import AsyncRunner
-from django_pgjobs.worker.executor import Outcome, execute, make_context
+from django_pgjobs.worker.executor import execute, make_context
 from django_pgjobs.worker.listener import Listener
+from django_pgjobs.worker.outcomes import Outcome
 from django_pgjobs.worker.runners import JobRunners
 
 logger = logging.getLogger("django_pgjobs")
@@ -101,8 +102,10 @@ def make_worker_id() -> str:
 
 
 class Worker:
-    """One ``runjobs`` process. ``run()`` returns the exit code; ``restart_reason`` is
-    set when the worker stopped itself to be restarted (abandoned threads)."""
+    """One ``runjobs`` process. ``run()`` returns the exit code: 0 when every job it
+    claimed was written or released, 1 when some could not be (their outcome or
+    release failed) and are left to the reaper. ``restart_reason`` is set when the
+    worker stopped itself to be restarted (abandoned threads)."""
 
     def __init__(
         self,
@@ -172,7 +175,9 @@ class Worker:
         self._async: AsyncRunner | None = None
         self.restart_reason: str | None = None
         self.claimed_count = 0
-        self.finished_count = 0
+        #: jobs whose outcome or release could not be written, left to the reaper
+        #: (run() then returns 1)
+        self.unwritten = 0
         # timed_out: runs given up on (each also counted as retry or dead)
         self.counts = {
             "completed": 0,
@@ -252,16 +257,41 @@ class Worker:
         finally:
             self._threads_stop.set()
             self._done.put(None)
-            helpers[0].join(timeout=max(10.0, self.shutdown_timeout))
+            # Every helper first: a heartbeat still running could re-create the
+            # Worker row deleted below.
+            self._join(helpers)
             self._unregister_worker()
             connections[self.alias].close()
         pool.shutdown(wait=clean, cancel_pending=True)
         if self._async is not None:
             self._async.stop()
+        with self._lock:
+            self.unwritten += len(self.inflight)  # the completer did not get to them
         logger.info("worker %s stopped: %s", self.id, self.counts)
         if self.restart_reason:
             logger.warning("worker %s stopped to be restarted: %s", self.id, self.restart_reason)
+        if self.unwritten:
+            logger.error(
+                "worker %s: %d job(s) could not be written back (outcome or release); the "
+                "reaper reclaims them after STALE_AFTER",
+                self.id,
+                self.unwritten,
+            )
+            return 1
         return 0
+
+    def _join(self, helpers: list[threading.Thread]) -> None:
+        """Wait for the helper threads (told to stop) to end, all within one deadline:
+        the completer's last writes, a heartbeat or maintenance pass in progress."""
+        deadline = time.monotonic() + max(10.0, self.shutdown_timeout)
+        for thread in helpers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                logger.warning(
+                    "worker %s: thread %s did not stop in time; exiting without it",
+                    self.id,
+                    thread.name,
+                )
 
     def _on_notify(self, payload: str) -> None:
         if payload == flow.QUEUES_CHANGED:
@@ -491,6 +521,8 @@ class Worker:
                 ok = None
             with self._lock:
                 self.inflight.pop(claimed.id, None)
+                if ok is None:
+                    self.unwritten += 1
             if ok is None:
                 continue
             if ok:
@@ -720,21 +752,11 @@ class Worker:
         self._wakeup.set()
 
     def _write_outcomes(self, connection: Any, todo: list[tuple[InFlight, Outcome]]) -> None:
-        """Batched: one statement for all completions; removes what it reported."""
-        to_complete = [(e, o) for e, o in todo if o.kind == "completed" and not o.written]
-        ours: set[int] = set()
-        if to_complete:
-            ours = sql.complete_many(
-                connection,
-                [(e.claimed.id, e.claimed.lease, outcomes.stored(o)) for e, o in to_complete],
-            )
-        for item in list(todo):
-            entry, outcome = item
-            if outcome.kind == "completed" and not outcome.written:
-                ok = entry.claimed.id in ours
-            else:
-                ok = outcomes.write(connection, entry.claimed, outcome)
-            todo.remove(item)
+        """Batched (``outcomes.write_batch``); removes and reports each as it is written."""
+        items = list(todo)
+        for index, ok in outcomes.write_batch(connection, [(e.claimed, o) for e, o in items]):
+            entry, outcome = items[index]
+            todo.remove(items[index])
             self._reported(entry, outcome, ok)
 
     def _write_rows(self, connection: Any, todo: list[tuple[InFlight, Outcome]]) -> None:
@@ -775,18 +797,21 @@ class Worker:
         dead = Outcome(
             "dead", error=executor.error_entry(claimed.attempt, failure, self.id), exception=failure
         )
-        for error in (
-            dead.error,
-            {
+        # The same dead-letter with an error entry reduced to plain words, in case
+        # something in the first one is what the database refuses.
+        bare = Outcome(
+            "dead",
+            error={
                 "attempt": claimed.attempt,
                 "type": "builtins.RuntimeError",
                 "message": "the outcome could not be written",
                 "worker": self.id,
             },
-        ):
+            exception=failure,
+        )
+        for attempt in (dead, bare):
             try:
-                assert error is not None
-                return dead, sql.dead(connection, id=claimed.id, lease=claimed.lease, error=error)
+                return dead, outcomes.write(connection, claimed, attempt)
             except CONNECTION_ERRORS:
                 raise
             except BaseException as again:  # noqa: BLE001
@@ -801,14 +826,14 @@ class Worker:
         self.counts[outcome.kind if ok else "fenced"] += 1
         with self._lock:
             self.inflight.pop(claimed.id, None)
-        self.finished_count += 1
 
     def _forget(self, batch: list[tuple[InFlight, Outcome]]) -> None:
         """Stop tracking (and heartbeating) jobs whose outcome cannot be written: the
         reaper reclaims them after STALE_AFTER."""
         with self._lock:
             for entry, _ in batch:
-                self.inflight.pop(entry.claimed.id, None)
+                if self.inflight.pop(entry.claimed.id, None) is not None:
+                    self.unwritten += 1
         self._wakeup.set()
 
     # ------------------------------------------------------------------ heartbeat

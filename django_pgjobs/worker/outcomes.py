@@ -1,4 +1,10 @@
-"""Write an Outcome to the job's row (fenced by lease), then log and signal it.
+"""The one module that writes a job's outcome to its row, then logs and signals it.
+
+Every outcome write goes through here: the worker's completer (``write_batch``,
+every completion of a batch in one statement), an ``@job(atomic=True)`` job's
+completion inside its own transaction (``complete``), ``testing.run_jobs`` and the
+Tasks bridge's ``task_finished`` (``after_write``). Each write is fenced by the
+attempt's lease.
 
 Signals and log lines follow the write, so nobody is told "succeeded" about a
 write that was fenced off.
@@ -8,15 +14,33 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import signals, sql
-from django_pgjobs.worker.executor import Outcome
 
 logger = logging.getLogger("django_pgjobs")
+
+Kind = Literal["completed", "retry", "dead", "fenced"]
+
+
+@dataclass
+class Outcome:
+    """What should happen to the row (decided by ``executor``). ``written``: already
+    written (an atomic job completes inside its own transaction)."""
+
+    kind: Kind
+    value: Any = None
+    error: dict[str, Any] | None = None
+    delay: float = 0.0
+    exception: BaseException | None = None
+    written: bool = False
+    #: the JSON text of ``value``, made in the job thread (None: no value to store)
+    encoded: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def log_extra(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
@@ -42,12 +66,19 @@ def after_write(job_id: int, lease: int, callback: Callable[[Outcome, bool], Non
         _after_write[(job_id, lease)] = callback
 
 
+def complete(connection: BaseDatabaseWrapper, claimed: sql.Claimed, value: Any) -> bool:
+    """Mark ``claimed`` completed with ``value``; True when the row was still ours.
+    Also called inside an atomic job's own transaction, so the completion commits
+    (or rolls back) with what the handler wrote."""
+    return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, value)]))
+
+
 def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcome) -> bool:
-    """Apply a non-batched outcome; True when the row was still ours."""
+    """Apply one outcome; True when the row was still ours."""
     if outcome.written or outcome.kind == "fenced":
         return outcome.kind != "fenced"
     if outcome.kind == "completed":
-        return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, stored(outcome))]))
+        return complete(connection, claimed, stored(outcome))
     assert outcome.error is not None
     if outcome.extra.get("timed_out"):
         status = sql.timed_out(
@@ -69,6 +100,29 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
             outcome.kind = "dead"  # the attempts guard dead-lettered it: report that
         return status is not None
     return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+
+
+def write_batch(
+    connection: BaseDatabaseWrapper, items: Sequence[tuple[sql.Claimed, Outcome]]
+) -> Iterator[tuple[int, bool]]:
+    """Write the outcomes of ``items``: every completion in ONE statement, the rest one
+    by one. Yields ``(index in items, ours)`` as each write is decided, so a caller
+    whose connection fails midway knows which ones are done (the statements
+    recognise their own committed writes, so redoing the rest is safe)."""
+    to_complete = [
+        i
+        for i, (_, outcome) in enumerate(items)
+        if outcome.kind == "completed" and not outcome.written
+    ]
+    ours: set[int] = set()
+    if to_complete:
+        ours = sql.complete_many(
+            connection,
+            [(items[i][0].id, items[i][0].lease, stored(items[i][1])) for i in to_complete],
+        )
+    batched = set(to_complete)
+    for i, (claimed, outcome) in enumerate(items):
+        yield i, (claimed.id in ours if i in batched else write(connection, claimed, outcome))
 
 
 def stored(outcome: Outcome) -> Any:

@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.maintenance.pruner import FINISHED, Pruner
+from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.management.selection import positive_int
+from django_pgjobs.states import FINISHED
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")

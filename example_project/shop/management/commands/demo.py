@@ -26,13 +26,12 @@ from django.db.models import Min
 from django.utils import timezone
 
 from django_pgjobs.models import Job
-from django_pgjobs.states import TERMINAL, JobStatus
+from django_pgjobs.states import FINISHED, JobStatus
 from django_pgjobs.worker import Worker
 from shop.jobs import export_orders_to_crm
 from shop.models import CARD_DECLINED, CARD_OK, CARD_TIMES_OUT_ONCE, Order, Product
 from shop.orders import OutOfStock, place_order
 
-FINISHED = sorted(str(s) for s in TERMINAL)
 BAR_WIDTH = 30
 
 
