@@ -13,7 +13,7 @@ def _docker_answers() -> bool:
 
         docker.from_env(timeout=2).ping()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure (no SDK, no engine, no answer): no Docker
         return False
 
 

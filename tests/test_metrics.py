@@ -239,7 +239,7 @@ def test_a_scrape_runs_no_query(wm: WorkerMetrics) -> None:
 
 def _busy_port() -> tuple[socket.socket, int]:
     sock = socket.socket()
-    sock.bind(("0.0.0.0", 0))
+    sock.bind(("0.0.0.0", 0))  # noqa: S104 - taken on every interface, as the server binds
     sock.listen(1)
     return sock, sock.getsockname()[1]
 

@@ -192,7 +192,12 @@ class WorkerMetrics:
 
     def serve(self, port: int, addr: str = "") -> int:
         """Serve ``/metrics`` on ``port`` (0: a free one) in a daemon thread; return the port."""
-        self.server, _ = start_http_server(port, addr or "0.0.0.0", registry=self.registry)
+        # All interfaces by default (documented): the scraper runs on another host.
+        self.server, _ = start_http_server(
+            port,
+            addr or "0.0.0.0",  # noqa: S104
+            registry=self.registry,
+        )
         return int(self.server.server_port)
 
     def close(self) -> None:

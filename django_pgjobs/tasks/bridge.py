@@ -28,7 +28,7 @@ from django.conf import settings
 from django.dispatch import Signal
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
@@ -164,7 +164,8 @@ class TaskRunner:
 
     def __call__(self, job: JobContext, *args: Any, **kwargs: Any) -> Any:
         definition = registry.get(self.name)
-        assert isinstance(definition, TaskDefinition)
+        if not isinstance(definition, TaskDefinition):
+            raise TypeError(f"{self.name!r} is registered as a @job, not as a django.tasks task")
         return run(definition, job, list(args), dict(kwargs))
 
     def __repr__(self) -> str:
@@ -386,7 +387,7 @@ def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
         backend = task_backends[task.backend]
         if isinstance(backend, PgJobsBackend):
             return backend
-    except Exception:  # noqa: BLE001 - alias removed from TASKS since
+    except InvalidTaskBackend:  # alias removed from TASKS since (or its backend is gone)
         pass
     for backend in task_backends.all():
         if isinstance(backend, PgJobsBackend):

@@ -48,7 +48,8 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
         return outcome.kind != "fenced"
     if outcome.kind == "completed":
         return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, stored(outcome))]))
-    assert outcome.error is not None
+    if outcome.error is None:
+        raise ValueError(f"a {outcome.kind} outcome without an error entry")
     if outcome.extra.get("timed_out"):
         status = sql.timed_out(
             connection,
@@ -120,7 +121,7 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
     if callback is not None:
         try:
             callback(outcome, ours)
-        except Exception:  # noqa: BLE001 - report() never raises
+        except Exception:  # report() never raises
             logger.exception("job %s: after-write callback failed", claimed.id, extra=extra)
     if not ours:
         write = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
