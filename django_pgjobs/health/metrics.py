@@ -126,6 +126,9 @@ class WorkerMetrics:
     endpoint. Each instance has its own registry, so tests can make several.
     """
 
+    #: The queue refresher that ``start()`` runs alongside (None: not started).
+    refresher: QueueStatsRefresher | None = None
+
     def __init__(
         self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True
     ) -> None:
@@ -328,7 +331,7 @@ def start(
     metrics.connect()
     refresher = QueueStatsRefresher(metrics.queues, queues=queues, alias=alias, interval=interval)
     refresher.start()
-    metrics.refresher = refresher  # type: ignore[attr-defined]
+    metrics.refresher = refresher
     _active = metrics
     return metrics, bound
 

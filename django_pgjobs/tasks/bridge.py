@@ -65,7 +65,7 @@ _NO_RETRY = "_pgjobs_no_retry"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class PgJobsTask(Task):  # type: ignore[type-arg]
+class PgJobsTask(Task):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     """A ``django.tasks.Task`` with pgjobs options.
 
     On Django 6.1 ``@task(max_attempts=3, atomic=True, ...)`` passes these through;
@@ -89,7 +89,7 @@ class PgJobsTask(Task):  # type: ignore[type-arg]
                 object.__setattr__(self, name, tuple(value))
         Task.__post_init__(self)
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -111,7 +111,7 @@ class PgJobsTask(Task):  # type: ignore[type-arg]
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def clone(task: Task, **changes: Any) -> Task:  # type: ignore[type-arg]
+def clone(task: Task[..., Any], **changes: Any) -> Task[..., Any]:
     """A copy of ``task`` with ``changes``, *without* re-validating it.
 
     For rebuilding a historical record (the settings may have changed since the
@@ -140,8 +140,9 @@ class TaskDefinition(JobDefinition):
         return super().should_retry(exc)
 
     @property
-    def task(self) -> Task:  # type: ignore[type-arg]
-        return self.extra["task"]  # type: ignore[no-any-return]
+    def task(self) -> Task[..., Any]:
+        task: Task[..., Any] = self.extra["task"]
+        return task
 
 
 class TaskRunner:
@@ -172,7 +173,7 @@ class TaskRunner:
         return f"<django.tasks task {self.name}>"
 
 
-def register(task: Task) -> TaskDefinition:  # type: ignore[type-arg]
+def register(task: Task[..., Any]) -> TaskDefinition:
     """Register ``task``'s function (once per function) and return its definition."""
     path = task.module_path
     name = path
@@ -198,7 +199,7 @@ def register(task: Task) -> TaskDefinition:  # type: ignore[type-arg]
     return definition
 
 
-def task_for_name(name: str) -> Task | None:  # type: ignore[type-arg]
+def task_for_name(name: str) -> Task[..., Any] | None:
     """The registered task behind a job's ``task`` column, or None (a ``@job``, or a
     name this process has not registered).
 
@@ -226,7 +227,7 @@ def to_json(value: Any, where: str) -> Any:
         raise TypeError(f"{where}: nests lists/dicts too deeply to be stored as JSON") from None
 
 
-def arguments(task: Task, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:  # type: ignore[type-arg]
+def arguments(task: Task[..., Any], args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     path = task.module_path
     out_args = [
         to_json(value, f"positional argument {i} of {path}") for i, value in enumerate(args)
@@ -317,11 +318,11 @@ def _first_started(job: Job) -> datetime | None:
 
 def result_from_job(
     job: Job,
-    base: Task,
+    base: Task[..., Any],
     backend: Any,
-    *,  # type: ignore[type-arg]
+    *,
     return_value: Any = None,
-) -> TaskResult:  # type: ignore[type-arg]
+) -> TaskResult[..., Any]:
     """The ``TaskResult`` a ``Job`` row stands for (built the same way for enqueue
     and ``get_result``, so the two compare equal)."""
     fields = {f.name for f in dataclasses.fields(base)}
@@ -340,7 +341,7 @@ def result_from_job(
         )
     if "idempotency_key" in fields:
         changes["idempotency_key"] = job.idempotency_key
-    result: TaskResult = TaskResult(  # type: ignore[type-arg]
+    result: TaskResult[..., Any] = TaskResult(
         task=clone(base, **changes),
         id=str(job.id),
         status=STATUS_MAP[job.status],
@@ -364,7 +365,7 @@ def result_from_job(
 # ---------------------------------------------------------------------------
 
 
-def send(signal: Signal, sender: type, result: TaskResult) -> None:  # type: ignore[type-arg]
+def send(signal: Signal, sender: type, result: TaskResult[..., Any]) -> None:
     """Send a Tasks signal; a receiver that raises is logged, never propagated."""
     for receiver, response in signal.send_robust(sender=sender, task_result=result):
         if isinstance(response, BaseException):
@@ -377,7 +378,7 @@ def send(signal: Signal, sender: type, result: TaskResult) -> None:  # type: ign
             )
 
 
-def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
+def backend_for(task: Task[..., Any]) -> Any:
     """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours."""
     from django.tasks import task_backends
 
@@ -419,8 +420,8 @@ def run(
 
 def _finished(
     sender: type,
-    result: TaskResult,
-    outcome: Outcome,  # type: ignore[type-arg]
+    result: TaskResult[..., Any],
+    outcome: Outcome,
     ours: bool,
 ) -> None:
     """Send ``task_finished`` for an attempt whose outcome is now in the database.
