@@ -22,19 +22,19 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
+import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
 from django_pgjobs.validation import MAX_DEPTH as MAX_JSON_DEPTH
 
-if TYPE_CHECKING:
-    import psycopg
-
 #: What the statement functions that take it run on: Django's connection, or a plain
 #: psycopg connection (the fault suite and the benchmark drive them with their own).
 #: Functions that need Django's transactions or query logging take BaseDatabaseWrapper.
+#: Tell them apart by the psycopg class: ``django.db.connection`` is a proxy, not a
+#: BaseDatabaseWrapper instance.
 Connection: TypeAlias = "BaseDatabaseWrapper | psycopg.Connection[Any]"
 
 JOB = "django_pgjobs_job"
@@ -818,7 +818,7 @@ def hot_cursor(connection: Connection) -> Iterator[Any]:
     repeated unprepared).
     """
     if (
-        not isinstance(connection, BaseDatabaseWrapper)
+        isinstance(connection, psycopg.Connection)
         or connection.queries_logged
         or connection.execute_wrappers
     ):
@@ -832,8 +832,6 @@ def hot_cursor(connection: Connection) -> Iterator[Any]:
     raw = connection.connection
     cached = getattr(connection, "_pgjobs_hot_cursor", None)
     if cached is None or cached[0] is not raw or cached[1].closed:
-        import psycopg
-
         with connection.wrap_database_errors:
             prepare = _may_prepare(connection, raw)
         # A server-side-binding cursor (Django's default is client-side binding,
@@ -868,7 +866,7 @@ def claim(
     """
     params: dict[str, Any] = {"worker": worker, "n": n}
     if limited:
-        if not isinstance(connection, BaseDatabaseWrapper):
+        if isinstance(connection, psycopg.Connection):
             raise TypeError("the limited claim runs on Django's connection only")
         return _claim_limited(connection, params, queues, tasks)
     known = tasks is not None
@@ -1143,11 +1141,11 @@ def cancel(connection: Connection, ids: Sequence[int]) -> set[int]:
 def _atomic(connection: Connection) -> Any:
     """A transaction (a savepoint when nested) on Django's connection, or on a plain
     psycopg connection (the fault suite drives these functions with its own)."""
-    if isinstance(connection, BaseDatabaseWrapper):
-        from django.db import transaction
+    if isinstance(connection, psycopg.Connection):
+        return connection.transaction()
+    from django.db import transaction
 
-        return transaction.atomic(using=connection.alias)
-    return connection.transaction()
+    return transaction.atomic(using=connection.alias)
 
 
 @dataclass(frozen=True)
@@ -1172,7 +1170,6 @@ def retry_jobs(connection: Connection, ids: Sequence[int], *, stale_after: float
     between, the unique index refuses the update, and the statement is rerun once
     under a savepoint, when its fresh snapshot sees that job and skips ours.
     """
-    import psycopg
     from django.db import IntegrityError
 
     params: dict[str, Any] = {"ids": list(ids), "stale_after": stale_after, "keep": _keep()}
