@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -112,8 +113,10 @@ def side_by_side() -> dict[str, dict[str, float]]:
     if A.smoke:
         args += ["--n-single", "50", "--lat-n", "20", "--io-n", "200"]
     subprocess.run(args, check=True)
-    runs = json.load(open(os.path.join(WORK, "out", f"results-{stamp}.json")))
-    md = open(os.path.join(WORK, "out", f"results-{stamp}.md")).read().split("\n\n```json")[0]
+    with open(os.path.join(WORK, "out", f"results-{stamp}.json")) as results:
+        runs = json.load(results)
+    with open(os.path.join(WORK, "out", f"results-{stamp}.md")) as report:
+        md = report.read().split("\n\n```json")[0]
     got: dict[str, dict[str, float]] = {}
     for name in peers:
         mine = [r for r in runs if r["peer"] == name and "error" not in r]
@@ -309,9 +312,10 @@ def history_and_backlog() -> None:
 # ---------------------------------------------------------------- 6 soak
 def rss_kb(pid: int) -> int:
     try:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
     except OSError:
         pass
     return 0
@@ -368,7 +372,9 @@ def soak() -> None:
         benchlib.stop_workers(procs)
     lats = sorted(
         (float(b) - float(a)) * 1000
-        for a, b in (line.split() for line in open(lat_file) if line.strip())
+        for a, b in (
+            line.split() for line in Path(lat_file).read_text().splitlines() if line.strip()
+        )
     )
     row(
         "6",

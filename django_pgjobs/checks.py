@@ -83,7 +83,7 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
         checks.Error(str(p), hint=CRON_HINT, id=p.check_id) for p in problems
     ]
     shortest = min((r for r in conf.RETENTION.values() if r is not None), default=None)
-    if schedules and shortest is not None and conf.CRON_CATCHUP_WINDOW >= shortest:
+    if schedules and shortest is not None and shortest <= conf.CRON_CATCHUP_WINDOW:
         messages.append(
             checks.Warning(
                 f"PGJOBS['CRON_CATCHUP_WINDOW'] ({conf.CRON_CATCHUP_WINDOW:g}s) is not shorter than "

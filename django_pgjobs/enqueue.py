@@ -122,7 +122,8 @@ def _new_job(
         "trace_context": trace_context,
     }
     job = Job.from_db(alias, attnames, [values[name] for name in attnames])
-    job._pgjobs_inserted = True  # type: ignore[attr-defined]  # (an existing key's job is not)
+    # A mark on this instance (an existing key's job has none), read by the Tasks backend.
+    job._pgjobs_inserted = True  # type: ignore[attr-defined]
     return job
 
 

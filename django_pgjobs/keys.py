@@ -87,7 +87,7 @@ def check_fields_exist(definition: JobDefinition) -> None:
 
 def check_unique_while(value: Any) -> str | None:
     if value is None or value in UNIQUE_WHILE:
-        return value  # type: ignore[no-any-return]
+        return None if value is None else str(value)
     raise ValueError(f'@job(unique_while=...) must be "pending" or "active", got {value!r}')
 
 

@@ -135,7 +135,7 @@ def _stale(stale_after: float | None) -> float:
 _BaseJobManager = models.Manager.from_queryset(JobQuerySet)
 
 
-class JobManager(_BaseJobManager):
+class JobManager(_BaseJobManager["Job"]):
     def enqueue(self, task: str, *, args: Any = None, kwargs: Any = None, **options: Any) -> Job:
         """Enqueue a registered job by name; same options and guarantees as ``.enqueue()``."""
         from django_pgjobs.enqueue import enqueue_by_name

@@ -22,12 +22,20 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
+import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
 from django_pgjobs.validation import MAX_DEPTH as MAX_JSON_DEPTH
+
+#: What the statement functions that take it run on: Django's connection, or a plain
+#: psycopg connection (the fault suite and the benchmark drive them with their own).
+#: Functions that need Django's transactions or query logging take BaseDatabaseWrapper.
+#: Tell them apart by the psycopg class: ``django.db.connection`` is a proxy, not a
+#: BaseDatabaseWrapper instance.
+Connection: TypeAlias = "BaseDatabaseWrapper | psycopg.Connection[Any]"
 
 JOB = "django_pgjobs_job"
 RESULT = "django_pgjobs_jobresult"
@@ -793,7 +801,7 @@ def _may_prepare(connection: BaseDatabaseWrapper, raw: Any) -> bool:
 
 
 @contextmanager
-def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
+def hot_cursor(connection: Connection) -> Iterator[Any]:
     """A cursor for the hot path (enqueue, claim, complete) that is reused.
 
     Django's ``connection.cursor()`` builds a new psycopg cursor (with a copy of the
@@ -809,9 +817,13 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     statement may vanish, and only outside a transaction can the statement be
     repeated unprepared).
     """
-    if getattr(connection, "queries_logged", True) or getattr(connection, "execute_wrappers", None):
-        # Queries are logged, wrappers are installed, or this is a plain psycopg
-        # connection (the fault suite drives these functions with its own).
+    if (
+        isinstance(connection, psycopg.Connection)
+        or connection.queries_logged
+        or connection.execute_wrappers
+    ):
+        # A plain psycopg connection (the fault suite drives these functions with its
+        # own), queries are logged, or wrappers are installed.
         with connection.cursor() as cursor:
             yield cursor
         return
@@ -820,15 +832,13 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     raw = connection.connection
     cached = getattr(connection, "_pgjobs_hot_cursor", None)
     if cached is None or cached[0] is not raw or cached[1].closed:
-        import psycopg
-
         with connection.wrap_database_errors:
             prepare = _may_prepare(connection, raw)
         # A server-side-binding cursor (Django's default is client-side binding,
         # which cannot prepare); it shares the connection's adapters.
         plain = psycopg.Cursor(raw) if prepare else raw.cursor()
         cached = (raw, plain, _PreparedCursor(plain, connection) if prepare else None)
-        connection._pgjobs_hot_cursor = cached  # type: ignore[attr-defined]
+        connection._pgjobs_hot_cursor = cached  # type: ignore[attr-defined]  # our cache on Django's object
     prepared = cached[2]
     use = (
         cached[1]
@@ -840,7 +850,7 @@ def hot_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
 
 
 def claim(
-    connection: BaseDatabaseWrapper,
+    connection: Connection,
     *,
     worker: str,
     queues: Sequence[str] | None,
@@ -856,6 +866,8 @@ def claim(
     """
     params: dict[str, Any] = {"worker": worker, "n": n}
     if limited:
+        if isinstance(connection, psycopg.Connection):
+            raise TypeError("the limited claim runs on Django's connection only")
         return _claim_limited(connection, params, queues, tasks)
     known = tasks is not None
     if known:
@@ -971,9 +983,7 @@ class Encoded(str):
     """A return value already encoded with ``encode_result`` (by the job thread)."""
 
 
-def complete_many(
-    connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int, Any]]
-) -> set[int]:
+def complete_many(connection: Connection, items: Sequence[tuple[int, int, Any]]) -> set[int]:
     """Complete ``(id, lease, return value)`` items; returns the ids that were still ours
     (including those an earlier, committed run of the same write completed).
     Values of type ``Encoded`` are stored as they are."""
@@ -985,7 +995,7 @@ def complete_many(
         return {row[0] for row in cursor.fetchall()}
 
 
-def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]]) -> set[int]:
+def heartbeat(connection: Connection, items: Sequence[tuple[int, int]]) -> set[int]:
     """Touch ``(id, lease)`` items; returns the ids whose lease is no longer ours."""
     if not items:
         return set()
@@ -996,20 +1006,20 @@ def heartbeat(connection: BaseDatabaseWrapper, items: Sequence[tuple[int, int]])
         return {row[0] for row in cursor.fetchall()}
 
 
-def _fenced(connection: BaseDatabaseWrapper, statement: str, params: dict[str, Any]) -> bool:
+def _fenced(connection: Connection, statement: str, params: dict[str, Any]) -> bool:
     with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
         return cursor.fetchone() is not None
 
 
 def retry(
-    connection: BaseDatabaseWrapper, *, id: int, lease: int, delay: float, error: dict[str, Any]
+    connection: Connection, *, id: int, lease: int, delay: float, error: dict[str, Any]
 ) -> bool:
     return retry_status(connection, id=id, lease=lease, delay=delay, error=error) is not None
 
 
 def retry_status(
-    connection: BaseDatabaseWrapper, *, id: int, lease: int, delay: float, error: dict[str, Any]
+    connection: Connection, *, id: int, lease: int, delay: float, error: dict[str, Any]
 ) -> str | None:
     """Write a retry; the status it gave the row ("pending", or "dead" when the
     attempts guard dead-lettered it), or None when the lease was no longer ours."""
@@ -1022,7 +1032,7 @@ def retry_status(
     return None if row is None else str(row[0])
 
 
-def dead(connection: BaseDatabaseWrapper, *, id: int, lease: int, error: dict[str, Any]) -> bool:
+def dead(connection: Connection, *, id: int, lease: int, error: dict[str, Any]) -> bool:
     return _fenced(
         connection, JOB_DEAD, {"id": id, "lease": lease, "keep": _keep(), **_error_params(error)}
     )
@@ -1043,7 +1053,7 @@ def _error_params(error: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def release(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
+def release(connection: Connection, *, id: int, lease: int) -> bool:
     return _fenced(connection, JOB_RELEASE, {"id": id, "lease": lease})
 
 
@@ -1099,7 +1109,7 @@ def result_for_key(connection: BaseDatabaseWrapper, key: str) -> tuple[bool, Any
 
 
 def reap(
-    connection: BaseDatabaseWrapper, *, stale_after: float, batch: int = 500
+    connection: Connection, *, stale_after: float, batch: int = 500
 ) -> list[tuple[int, str, str, int, str | None]]:
     """Reclaim one batch of stale running jobs; returns (id, task, new status, attempts, worker)."""
     from django_pgjobs.exceptions import WorkerLost
@@ -1119,23 +1129,23 @@ def reap(
                 "keep": _keep(),
             },
         )
-        return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
+        return [tuple(r) for r in cursor.fetchall()]
 
 
-def cancel(connection: BaseDatabaseWrapper, ids: Sequence[int]) -> set[int]:
+def cancel(connection: Connection, ids: Sequence[int]) -> set[int]:
     with connection.cursor() as cursor:
         cursor.execute(JOB_CANCEL, {"ids": list(ids)})
         return {r[0] for r in cursor.fetchall()}
 
 
-def _atomic(connection: Any) -> Any:
+def _atomic(connection: Connection) -> Any:
     """A transaction (a savepoint when nested) on Django's connection, or on a plain
     psycopg connection (the fault suite drives these functions with its own)."""
-    if hasattr(connection, "alias"):
-        from django.db import transaction
+    if isinstance(connection, psycopg.Connection):
+        return connection.transaction()
+    from django.db import transaction
 
-        return transaction.atomic(using=connection.alias)
-    return connection.transaction()
+    return transaction.atomic(using=connection.alias)
 
 
 @dataclass(frozen=True)
@@ -1147,16 +1157,12 @@ class Retried:
     held: dict[int, int]
 
 
-def retry_now(
-    connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float
-) -> set[int]:
+def retry_now(connection: Connection, ids: Sequence[int], *, stale_after: float) -> set[int]:
     """The ids put back to pending (see ``retry_jobs`` for the skipped ones)."""
     return retry_jobs(connection, ids, stale_after=stale_after).changed
 
 
-def retry_jobs(
-    connection: BaseDatabaseWrapper, ids: Sequence[int], *, stale_after: float
-) -> Retried:
+def retry_jobs(connection: Connection, ids: Sequence[int], *, stale_after: float) -> Retried:
     """Retry now, skipping jobs whose unique_while key another job holds (JOB_RETRY_NOW).
 
     Key locks and retry share one transaction (its own when the caller has none).
@@ -1164,7 +1170,6 @@ def retry_jobs(
     between, the unique index refuses the update, and the statement is rerun once
     under a savepoint, when its fresh snapshot sees that job and skips ours.
     """
-    import psycopg
     from django.db import IntegrityError
 
     params: dict[str, Any] = {"ids": list(ids), "stale_after": stale_after, "keep": _keep()}

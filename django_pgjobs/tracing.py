@@ -25,7 +25,7 @@ try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
 except ImportError:  # the optional dependency is absent: tracing is off
-    trace = None  # type: ignore[assignment]
+    trace = None  # type: ignore[assignment]  # mypy types the name as the module
 
 #: ``messaging.system`` of every span.
 SYSTEM = "django_pgjobs"

@@ -5,6 +5,7 @@ pg_cron or sit behind pgbouncer. Built from the machine's own PostgreSQL binarie
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -195,8 +196,7 @@ class TempCluster:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             self.stop()
-        except subprocess.CalledProcessError:
             pass
         shutil.rmtree(self.root, ignore_errors=True)

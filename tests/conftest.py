@@ -15,7 +15,16 @@ import psycopg
 import pytest
 from django.db import connection
 
+from tests.dbrig import use_chosen_database
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Choose (and start) the database server when a test first needs the database,
+    just before pytest-django creates the test database (see tests/dbrig.py)."""
+    use_chosen_database()
 
 
 def wait_until(

@@ -4,7 +4,10 @@
 2. a testcontainers PostgreSQL, when a Docker engine answers;
 3. an embedded ``pgserver`` in the temp folder.
 
-The chosen URL is exported as ``DATABASE_URL`` so that ``runjobs`` subprocesses
+Importing these settings starts nothing: without ``DATABASE_URL`` the server is
+chosen (and started) only when a test first needs the database (tests/dbrig.py),
+so mypy's Django plugin and ``makemigrations --check`` never boot PostgreSQL. The
+chosen URL is exported as ``DATABASE_URL`` so that ``runjobs`` subprocesses
 started by the tests use the same server.
 """
 
@@ -15,12 +18,8 @@ import sys
 import tempfile
 
 import django
-import environ
 
-from tests.dbrig import choose_database_url
-
-os.environ["DATABASE_URL"] = choose_database_url()
-env = environ.Env()
+from tests.dbrig import UNCHOSEN_ENGINE, database_config
 
 SECRET_KEY = "django-pgjobs-tests"
 DEBUG = False
@@ -30,15 +29,14 @@ ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-DATABASES = {"default": env.db("DATABASE_URL")}
-DATABASES["default"].setdefault("TEST", {})
-if os.environ.get("PGJOBS_TEST_SERVER_SIDE_BINDING") == "1":
-    # Django's psycopg 3 options that make psycopg prepare repeated statements (as
-    # the benchmark does); CI runs one leg of the suite with them.
-    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
-if os.environ.get("PGJOBS_WORKER_DB_NAME"):
-    # A runjobs subprocess started by a test: use the test database as is.
-    DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]
+DATABASES = {
+    "default": (
+        database_config(os.environ["DATABASE_URL"])
+        if os.environ.get("DATABASE_URL")
+        # No server yet: tests/conftest.py chooses one when a test needs the database.
+        else {"ENGINE": UNCHOSEN_ENGINE}
+    )
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

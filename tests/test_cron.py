@@ -357,9 +357,11 @@ def test_pgjobs_enqueue_all_arguments_and_key_conflict() -> None:
     ],
 )
 def test_pgjobs_enqueue_rejects_bad_input_and_writes_nothing(call_sql: str, fragment: str) -> None:
-    with psycopg.connect(dsn(), autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match=fragment):
-            conn.execute(call_sql)
+    with (
+        psycopg.connect(dsn(), autocommit=True) as conn,
+        pytest.raises(psycopg.errors.InvalidParameterValue, match=fragment),
+    ):
+        conn.execute(call_sql)
     assert Job.objects.count() == 0
 
 

@@ -239,7 +239,7 @@ def test_a_scrape_runs_no_query(wm: WorkerMetrics) -> None:
 
 def _busy_port() -> tuple[socket.socket, int]:
     sock = socket.socket()
-    sock.bind(("0.0.0.0", 0))
+    sock.bind(("0.0.0.0", 0))  # noqa: S104 - taken on every interface, as the server binds
     sock.listen(1)
     return sock, sock.getsockname()[1]
 
@@ -261,11 +261,11 @@ def test_bad_metrics_port_is_a_clear_error_naming_the_option() -> None:
 
 @pytest.mark.django_db
 def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import django_pgjobs
+    from django_pgjobs import health
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     monkeypatch.delitem(sys.modules, "django_pgjobs.health.metrics")
-    monkeypatch.delattr(django_pgjobs, "metrics")
+    monkeypatch.delattr(health, "metrics")
     job = add.enqueue(1, 1)
     with pytest.raises(CommandError, match=r"prometheus_client.*django-pgjobs\[metrics\]"):
         call_command("runjobs", "--metrics-port", "0", "--burst")

@@ -3,6 +3,7 @@ PostgreSQL started from this checkout (and saying how)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -92,8 +93,6 @@ def test_stop_stops_an_embedded_server_of_this_checkout() -> None:
         again = dev("stop", TMPDIR=str(tmp_path))
         assert "no embedded PostgreSQL is running" in again.stderr
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
         shutil.rmtree(tmp_path, ignore_errors=True)

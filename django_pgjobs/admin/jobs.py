@@ -135,7 +135,7 @@ def _json_head(column: str) -> tuple[Left, Func]:
 # ---------------------------------------------------------------------------
 
 
-class CappedCountPaginator(Paginator):
+class CappedCountPaginator(Paginator):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     """Counts at most ``COUNT_CAP + 1`` rows: ``SELECT count(*) FROM (... LIMIT n)``.
 
     The page query itself is ``ORDER BY id DESC LIMIT/OFFSET`` on an index, so the
@@ -145,6 +145,7 @@ class CappedCountPaginator(Paginator):
 
     @cached_property
     def _bounded_count(self) -> int:
+        # The stubs' object_list is any sliceable sequence; ours is always a QuerySet.
         return int(self.object_list[: COUNT_CAP + 1].count())  # type: ignore[attr-defined]
 
     @cached_property
@@ -178,7 +179,8 @@ class AttentionFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job] | None:
         value = self.value()
         jobs = queryset
-        assert isinstance(jobs, JobQuerySet)  # Job.objects' queryset: one home for these rules
+        if not isinstance(jobs, JobQuerySet):  # Job.objects' queryset: one home for these rules
+            raise TypeError(f"expected Job.objects' JobQuerySet, got {type(jobs).__name__}")
         if value == "stuck":
             return jobs.stuck()
         if value == "dead":
@@ -254,14 +256,14 @@ class JobChangeList(ChangeList):
     jobs carry (3 jobs of 50 MB arguments used to take 400 MB to list)."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
-        queryset = super().get_queryset(request, exclude_parameters)
+        queryset: QuerySet[Job] = super().get_queryset(request, exclude_parameters)
         return queryset.defer(*LIST_DEFERRED).annotate(
             last_error_head=Left("last_error", LIST_ERROR_CHARS)
         )
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     list_display = (
         "id",
         "task",
@@ -404,7 +406,7 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="last error")
     def last_error_line(self, obj: Job) -> str:
         # The list loads only the head of last_error (JobChangeList); never the column.
-        text = getattr(obj, "last_error_head", None)
+        text: str | None = getattr(obj, "last_error_head", None)
         if text is None and "last_error" not in obj.get_deferred_fields():
             text = obj.last_error
         if not text or not text.strip():
@@ -420,9 +422,9 @@ class JobAdmin(admin.ModelAdmin):
         """The job for the detail page, without its big columns: arguments, result
         and errors come as bounded heads computed by the database (see _json_head)."""
         if from_field is not None:
-            return super().get_object(request, object_id, from_field)  # type: ignore[no-any-return]
+            return super().get_object(request, object_id, from_field)
         try:
-            pk = Job._meta.pk.to_python(object_id)  # type: ignore[union-attr]
+            pk = Job._meta.pk.to_python(object_id)
         except (ValidationError, ValueError):
             return None
         if not isinstance(pk, int) or not 0 < pk <= MAX_ID:
@@ -430,7 +432,7 @@ class JobAdmin(admin.ModelAdmin):
         args_head, args_bytes = _json_head("args")
         kwargs_head, kwargs_bytes = _json_head("kwargs")
         keep = get_settings().MAX_ERRORS_KEPT
-        return (
+        job: Job | None = (
             self.get_queryset(request)
             .defer(*LIST_DEFERRED)
             .annotate(
@@ -455,6 +457,7 @@ class JobAdmin(admin.ModelAdmin):
             .filter(pk=pk)
             .first()
         )
+        return job
 
     @admin.display(description="args")
     def args_pretty(self, obj: Job) -> str:
@@ -554,8 +557,8 @@ class JobAdmin(admin.ModelAdmin):
         if valid != raw:
             post = request.POST.copy()
             post.setlist(helpers.ACTION_CHECKBOX_NAME, valid)
-            request.POST = post  # type: ignore[assignment]
-        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[no-any-return]
+            request.POST = post  # type: ignore[assignment]  # the stubs: an immutable QueryDict
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def _selected_ids(self, request: HttpRequest, queryset: QuerySet[Job]) -> list[int]:
         """The ids the operator ticked (or all matching rows, newest first, up to a limit).
@@ -747,7 +750,7 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     """Live ``runjobs`` processes; rows are written by the workers themselves."""
 
     list_display = (

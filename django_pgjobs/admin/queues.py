@@ -19,7 +19,7 @@ from django_pgjobs.models import Job, Queue
 from django_pgjobs.states import JobStatus
 
 
-class QueueForm(forms.ModelForm):
+class QueueForm(forms.ModelForm):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     class Meta:
         model = Queue
         fields = ("name", "paused", "max_running", "rate")
@@ -35,7 +35,7 @@ class QueueForm(forms.ModelForm):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     form = QueueForm
     list_display = ("name", "paused", "max_running", "rate", "running", "pending", "updated_at")
     list_editable = ("paused", "max_running", "rate")

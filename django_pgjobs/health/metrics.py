@@ -126,6 +126,9 @@ class WorkerMetrics:
     endpoint. Each instance has its own registry, so tests can make several.
     """
 
+    #: The queue refresher that ``start()`` runs alongside (None: not started).
+    refresher: QueueStatsRefresher | None = None
+
     def __init__(
         self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True
     ) -> None:
@@ -192,7 +195,12 @@ class WorkerMetrics:
 
     def serve(self, port: int, addr: str = "") -> int:
         """Serve ``/metrics`` on ``port`` (0: a free one) in a daemon thread; return the port."""
-        self.server, _ = start_http_server(port, addr or "0.0.0.0", registry=self.registry)
+        # All interfaces by default (documented): the scraper runs on another host.
+        self.server, _ = start_http_server(
+            port,
+            addr or "0.0.0.0",  # noqa: S104
+            registry=self.registry,
+        )
         return int(self.server.server_port)
 
     def close(self) -> None:
@@ -323,7 +331,7 @@ def start(
     metrics.connect()
     refresher = QueueStatsRefresher(metrics.queues, queues=queues, alias=alias, interval=interval)
     refresher.start()
-    metrics.refresher = refresher  # type: ignore[attr-defined]
+    metrics.refresher = refresher
     _active = metrics
     return metrics, bound
 

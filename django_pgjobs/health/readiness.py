@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import DatabaseError, OperationalError, ProgrammingError, connections
 
@@ -124,6 +124,6 @@ def names_the_fix(what: str) -> Callable[[F], F]:
                     f"cannot {what} {name}".rstrip() + ": " + missing_table_message(alias)
                 ) from exc
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)
 
     return decorate

@@ -349,8 +349,7 @@ class CronTicker:
         )
         out: list[tuple[Schedule, datetime]] = []
         for schedule in self.schedules:
-            if continuous:
-                assert last is not None
+            if continuous and last is not None:
                 fires = list(schedule.fire_times(max(last, oldest), now))
             else:
                 latest = schedule.latest(now)

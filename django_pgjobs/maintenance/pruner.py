@@ -71,7 +71,7 @@ class Pruner:
         with connections[self.alias].cursor() as cursor:
             for status, older_than in self.plan(statuses):
                 cursor.execute(sql.JOB_PRUNE_COUNT, {"status": status, "older_than": older_than})
-                out[status] = int(cursor.fetchone()[0])  # type: ignore[index]
+                out[status] = int(cursor.fetchone()[0])
         return out
 
     def run_once(self, statuses: Iterable[str] | None = None) -> dict[str, Any]:
@@ -92,7 +92,7 @@ class Pruner:
                         sql.JOB_PRUNE_BATCH,
                         {"status": status, "older_than": older_than, "batch": self.batch},
                     )
-                    n = int(cursor.fetchone()[0])  # type: ignore[index]
+                    n = int(cursor.fetchone()[0])
                 if n:
                     batches.append(n)
                     deleted[status] += n

@@ -57,7 +57,7 @@ class PgJobsBackend(BaseTaskBackend):
 
     # -- validation --------------------------------------------------------
 
-    def validate_task(self, task: Task) -> None:  # type: ignore[type-arg]
+    def validate_task(self, task: Task[..., Any]) -> None:
         """Django's rules (and messages), then ours; registers the task for workers."""
         run_after: Any = task.run_after
         if isinstance(run_after, timedelta):
@@ -86,7 +86,11 @@ class PgJobsBackend(BaseTaskBackend):
 
     # -- enqueue -----------------------------------------------------------
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg, override]
+    # The stubs' enqueue is generic in the task's signature; the result built from the
+    # row is not (TaskResult[..., Any]), which an override may not narrow to.
+    def enqueue(  # type: ignore[override]
+        self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[..., Any]:
         """INSERT one job through the caller's connection (so inside its transaction)."""
         self.validate_task(task)
         definition = bridge.register(task)
@@ -115,7 +119,7 @@ class PgJobsBackend(BaseTaskBackend):
 
     # -- results -----------------------------------------------------------
 
-    def get_result(self, result_id: Any) -> TaskResult:  # type: ignore[type-arg]
+    def get_result(self, result_id: Any) -> TaskResult[..., Any]:
         """The result of job ``result_id``; ``TaskResultDoesNotExist`` for an id that is
         malformed, unknown, or a ``@job`` (not a django.tasks task)."""
         from django_pgjobs.models import Job, JobResult
@@ -139,6 +143,7 @@ class PgJobsBackend(BaseTaskBackend):
                 f"{result_id} (job {job.id} runs {job.task!r}, which is not a django.tasks task "
                 "known to this process)"
             )
+        # The plugin does not type attributes added by annotate().
         value = job.pgjobs_stored_value if job.status == "completed" else None  # type: ignore[attr-defined]
         return bridge.result_from_job(job, base, self, return_value=value)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
@@ -58,7 +58,7 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class PgJobsTask(Task):  # type: ignore[type-arg]
+class PgJobsTask(Task):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     """A ``django.tasks.Task`` with pgjobs options.
 
     On Django 6.1 ``@task(max_attempts=3, atomic=True, ...)`` passes these through;
@@ -82,7 +82,7 @@ class PgJobsTask(Task):  # type: ignore[type-arg]
                 object.__setattr__(self, name, tuple(value))
         Task.__post_init__(self)
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -104,7 +104,7 @@ class PgJobsTask(Task):  # type: ignore[type-arg]
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def clone(task: Task, **changes: Any) -> Task:  # type: ignore[type-arg]
+def clone(task: Task[..., Any], **changes: Any) -> Task[..., Any]:
     """A copy of ``task`` with ``changes``, *without* re-validating it.
 
     For rebuilding a historical record (the settings may have changed since the
@@ -128,8 +128,9 @@ class TaskDefinition(JobDefinition):
     """A ``JobDefinition`` whose function is a ``django.tasks`` task (in ``extra["task"]``)."""
 
     @property
-    def task(self) -> Task:  # type: ignore[type-arg]
-        return self.extra["task"]  # type: ignore[no-any-return]
+    def task(self) -> Task[..., Any]:
+        task: Task[..., Any] = self.extra["task"]
+        return task
 
 
 class TaskRunner:
@@ -152,14 +153,15 @@ class TaskRunner:
 
     def __call__(self, job: JobContext, *args: Any, **kwargs: Any) -> Any:
         definition = registry.get(self.name)
-        assert isinstance(definition, TaskDefinition)
+        if not isinstance(definition, TaskDefinition):
+            raise TypeError(f"{self.name!r} is registered as a @job, not as a django.tasks task")
         return run(definition, job, list(args), dict(kwargs))
 
     def __repr__(self) -> str:
         return f"<django.tasks task {self.name}>"
 
 
-def register(task: Task) -> TaskDefinition:  # type: ignore[type-arg]
+def register(task: Task[..., Any]) -> TaskDefinition:
     """Register ``task``'s function (once per function) and return its definition."""
     path = task.module_path
     name = path
@@ -185,7 +187,7 @@ def register(task: Task) -> TaskDefinition:  # type: ignore[type-arg]
     return definition
 
 
-def task_for_name(name: str) -> Task | None:  # type: ignore[type-arg]
+def task_for_name(name: str) -> Task[..., Any] | None:
     """The registered task behind a job's ``task`` column, or None (a ``@job``, or a
     name this process has not registered).
 
@@ -213,7 +215,7 @@ def to_json(value: Any, where: str) -> Any:
         raise TypeError(f"{where}: nests lists/dicts too deeply to be stored as JSON") from None
 
 
-def arguments(task: Task, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:  # type: ignore[type-arg]
+def arguments(task: Task[..., Any], args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     path = task.module_path
     out_args = [
         to_json(value, f"positional argument {i} of {path}") for i, value in enumerate(args)
@@ -304,11 +306,11 @@ def _first_started(job: Job) -> datetime | None:
 
 def result_from_job(
     job: Job,
-    base: Task,
+    base: Task[..., Any],
     backend: Any,
-    *,  # type: ignore[type-arg]
+    *,
     return_value: Any = None,
-) -> TaskResult:  # type: ignore[type-arg]
+) -> TaskResult[..., Any]:
     """The ``TaskResult`` a ``Job`` row stands for (built the same way for enqueue
     and ``get_result``, so the two compare equal)."""
     fields = {f.name for f in dataclasses.fields(base)}
@@ -327,7 +329,7 @@ def result_from_job(
         )
     if "idempotency_key" in fields:
         changes["idempotency_key"] = job.idempotency_key
-    result: TaskResult = TaskResult(  # type: ignore[type-arg]
+    result: TaskResult[..., Any] = TaskResult(
         task=clone(base, **changes),
         id=str(job.id),
         status=STATUS_MAP[job.status],
@@ -351,7 +353,7 @@ def result_from_job(
 # ---------------------------------------------------------------------------
 
 
-def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
+def backend_for(task: Task[..., Any]) -> Any:
     """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours."""
     from django.tasks import task_backends
 
@@ -361,7 +363,7 @@ def backend_for(task: Task) -> Any:  # type: ignore[type-arg]
         backend = task_backends[task.backend]
         if isinstance(backend, PgJobsBackend):
             return backend
-    except Exception:  # noqa: BLE001 - alias removed from TASKS since
+    except InvalidTaskBackend:  # alias removed from TASKS since (or its backend is gone)
         pass
     for backend in task_backends.all():
         if isinstance(backend, PgJobsBackend):
@@ -393,8 +395,8 @@ def run(
 
 def _finished(
     sender: type,
-    result: TaskResult,
-    outcome: Outcome,  # type: ignore[type-arg]
+    result: TaskResult[..., Any],
+    outcome: Outcome,
     ours: bool,
 ) -> None:
     """Send ``task_finished`` for an attempt whose outcome is now in the database.

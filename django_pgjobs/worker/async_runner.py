@@ -64,7 +64,7 @@ class AsyncRunner:
                 await self._target(item)
         except asyncio.CancelledError:
             pass
-        except BaseException:  # noqa: BLE001 - the loop must outlive any job
+        except BaseException:  # the loop must outlive any job
             logger.exception("async job runner: unexpected error (job key %s)", key)
         finally:
             self._tasks.pop(key, None)

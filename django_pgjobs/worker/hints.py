@@ -37,7 +37,7 @@ def queues_with_jobs(alias: str) -> dict[str, int]:
     """Pending jobs per queue (read from the partial claim index)."""
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            f"SELECT queue, count(*) FROM {sql.JOB} WHERE status = %s "
+            f"SELECT queue, count(*) FROM {sql.JOB} WHERE status = %s "  # noqa: S608 - a constant; values are parameters
             "GROUP BY queue ORDER BY queue",
             [str(JobStatus.PENDING)],
         )

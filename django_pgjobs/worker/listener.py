@@ -7,6 +7,7 @@ restart or a killed backend; while it is down the worker's poll still finds work
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -56,7 +57,5 @@ class Listener(threading.Thread):
                 self.stop.wait(backoff.delay())
             finally:
                 if conn is not None:
-                    try:
+                    with contextlib.suppress(Exception):  # closing a broken connection
                         conn.close()
-                    except Exception:  # noqa: BLE001
-                        pass

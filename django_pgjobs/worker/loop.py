@@ -330,7 +330,7 @@ class Worker:
                         backoff.failed(exc)
                         self._stop.wait(backoff.delay())
                     continue
-                except Exception as exc:  # noqa: BLE001 - the claim loop must not die
+                except Exception as exc:  # the claim loop must not die
                     backoff.failed(exc)
                     if isinstance(exc, DatabaseError):
                         connection.close()
@@ -402,7 +402,8 @@ class Worker:
             )
         for entry in entries:
             if entry.is_async:
-                assert self._async is not None
+                if self._async is None:
+                    raise RuntimeError("an async job was claimed without an async runner")
                 self._async.submit(entry.claimed.id, entry)
             else:
                 pool.submit(entry)
@@ -583,7 +584,7 @@ class Worker:
             try:
                 # User code may have broken or left open its connection.
                 connections[self.alias].close_if_unusable_or_obsolete()
-            except BaseException:  # noqa: BLE001
+            except BaseException:
                 logger.exception("could not clean up the job thread's connection")
         self._finished(entry, outcome)
 
@@ -637,7 +638,7 @@ class Worker:
         while not self._threads_stop.wait(WATCHDOG_INTERVAL):
             try:
                 self._expire(time.monotonic())
-            except BaseException:  # noqa: BLE001 - the watchdog must not die
+            except BaseException:  # the watchdog must not die
                 logger.exception("timeout watchdog error")
 
     def _expire(self, now: float) -> None:
@@ -660,7 +661,8 @@ class Worker:
                     self._async.cancel(claimed.id)
             elif entry.thread is not None and self._pool is not None:
                 self._pool.abandon(entry.thread)
-            assert entry.timeout is not None
+            if entry.timeout is None:
+                raise RuntimeError("a job without a timeout passed its deadline")
             logger.warning(
                 "job %s (%s, attempt %s/%s) exceeded its timeout of %gs; giving up on it%s",
                 claimed.id,
@@ -709,7 +711,7 @@ class Worker:
                         batch.append(more)
                 try:
                     self._write_batch(connection, batch, backoff)
-                except BaseException:  # noqa: BLE001 - the completer never dies
+                except BaseException:  # the completer never dies
                     logger.exception(
                         "completer: unexpected error; %d outcomes are left to the reaper",
                         len(batch),
@@ -739,7 +741,7 @@ class Worker:
                 backoff.failed(exc)
                 connection.close()
                 time.sleep(backoff.delay())
-            except BaseException as exc:  # noqa: BLE001 - a data error or a bad value
+            except BaseException as exc:  # a data error or a bad value
                 if per_row:
                     raise
                 logger.warning(

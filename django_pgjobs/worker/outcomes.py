@@ -79,7 +79,8 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
         return outcome.kind != "fenced"
     if outcome.kind == "completed":
         return complete(connection, claimed, stored(outcome))
-    assert outcome.error is not None
+    if outcome.error is None:
+        raise ValueError(f"a {outcome.kind} outcome without an error entry")
     if outcome.extra.get("timed_out"):
         status = sql.timed_out(
             connection,
@@ -174,7 +175,7 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
     if callback is not None:
         try:
             callback(outcome, ours)
-        except Exception:  # noqa: BLE001 - report() never raises
+        except Exception:  # report() never raises
             logger.exception("job %s: after-write callback failed", claimed.id, extra=extra)
     if not ours:
         write = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind

@@ -27,6 +27,7 @@ A plan (JSON object):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -110,7 +111,7 @@ def statement_name(sql_text: str) -> str:
             return name
     tables = sorted(set(_TABLE.findall(text)))
     shape = _IN_LIST.sub("IN (%s...)", text)
-    digest = hashlib.sha1(shape.encode()).hexdigest()[:8]
+    digest = hashlib.sha1(shape.encode(), usedforsecurity=False).hexdigest()[:8]
     verb = text.split(" ", 1)[0].upper()
     if tables:
         short = "+".join(t.removeprefix("django_pgjobs_") for t in tables)
@@ -215,10 +216,8 @@ class Injector:
         time.sleep(float(self.plan.get("linger", 0)))
         db = context["connection"]
         db.errors_occurred = True
-        try:
+        with contextlib.suppress(Exception):  # the connection may be half broken already
             db.connection.close()
-        except Exception:  # noqa: BLE001
-            pass
         raise OperationalError(
             "pgjobs fault injection: server closed the connection before "
             "the reply (the statement may have committed)"

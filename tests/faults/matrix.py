@@ -601,9 +601,13 @@ def stop(s: Scenario, worker: WorkerProcess) -> None:
 def run_driver_cell(s: Scenario) -> dict[str, str]:
     action = s.row.action
     arg: dict[str, Any] = {}
-    if action in ("enqueue", "enqueue_delayed", "enqueue_unique", "enqueue_unique_delayed"):
-        arg = {"key": "driver-key"}
-    elif action == "enqueue_twice":
+    if action in (
+        "enqueue",
+        "enqueue_delayed",
+        "enqueue_unique",
+        "enqueue_unique_delayed",
+        "enqueue_twice",
+    ):
         arg = {"key": "driver-key"}
     elif action == "enqueue_many":
         arg = {"n": 3}

@@ -15,6 +15,7 @@ the primary is stopped hard (``pg_ctl stop -m immediate``) and the standby promo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -186,10 +187,8 @@ def run_drill(
             time.sleep(stall_standby)
             os.kill(sender, signal.SIGKILL)  # what it had not sent dies with the primary
         crash_at = time.time()
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already down (the sender died)
             pair.primary.stop_immediate()
-        except subprocess.CalledProcessError:
-            pass  # already down after the sender's death
         pair.standby.promote()
         promoted_at = time.time()
         before = len(acked())

@@ -170,7 +170,7 @@ def _insert(conn: psycopg.Connection, task: str, queue: str = "default", **kwarg
 
 def test_partitioned_worker_is_fenced_and_recovers(netns: Netns, part_cluster: TempCluster) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="pgjobs-partition-"))
-    os.chmod(tmp, 0o777)
+    os.chmod(tmp, 0o777)  # noqa: S103 - a throwaway folder that every process of the drill writes to
     signals_log = tmp / "signals.jsonl"
     a_url = f"postgres://postgres@{netns.host_ip}:{part_cluster.port}/{DB}?{TCP_OPTIONS}"
     b_url = part_cluster.url(DB)

@@ -159,7 +159,7 @@ class Command(BaseCommand):
             self.stderr.write(f"restarting: {worker.restart_reason}")
             sys.stdout.flush()
             sys.stderr.flush()
-            os.execv(sys.executable, sys.orig_argv)
+            os.execv(sys.executable, sys.orig_argv)  # noqa: S606 - this same interpreter and argv
         # Job threads still running after a timed-out shutdown were released; do not
         # let the interpreter wait for them (thread pools join at exit).
         if any(t.name.startswith("pgjobs-job") and t.is_alive() for t in threading.enumerate()):
