@@ -65,6 +65,19 @@ class TextArray(Expression):
         return "%s::text[]", (list(self.value),)
 
 
+class TransactionNow(Now):
+    """``now()``: the start of the current transaction, the clock every time of a job
+    is set from (enqueue, retry backoff). Django's ``Now()`` is ``statement_timestamp()``
+    on PostgreSQL: the same in a worker's claim (its own transaction), but inside a
+    longer transaction (``run_jobs()`` in a test) a job retried with a backoff would
+    become due while the transaction lasts, depending on how fast the test runs."""
+
+    def as_postgresql(
+        self, compiler: Any, connection: Any, **extra_context: Any
+    ) -> tuple[str, Any]:
+        return self.as_sql(compiler, connection, template="now()", **extra_context)
+
+
 class ArrayPosition(Func):
     """``array_position(array, element)``: NULL when the element is not in the array."""
 
@@ -79,7 +92,8 @@ class JobQuerySet(models.QuerySet["Job"]):
         *,
         tasks: Sequence[str] | StatementParam | None = None,
     ) -> JobQuerySet:
-        """The jobs a worker claims next, best first: due pending jobs of ``queues``
+        """The jobs a worker claims next, best first: due (``run_at <= now()``, see
+        ``TransactionNow``) pending jobs of ``queues``
         (a name, a list of names, None for every queue), only of ``tasks`` when given,
         by priority (highest first), then ``run_at``, then id — the claim index's order —
         locked ``FOR UPDATE SKIP LOCKED`` (so evaluate it inside ``transaction.atomic()``;
@@ -90,7 +104,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         statement (queue, task names and LIMIT become that statement's parameters).
         The task filter is ``array_position(tasks, task) IS NOT NULL``, not ``task IN
         (...)``: see ``sql.py`` on how the planner estimates the two."""
-        qs = self.filter(status=JobStatus.PENDING, run_at__lte=Now())
+        qs = self.filter(status=JobStatus.PENDING, run_at__lte=TransactionNow())
         if isinstance(queues, str | Expression):
             qs = qs.filter(queue=queues)
         elif queues is not None:

@@ -184,10 +184,9 @@ RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j
 
 
 # Claim up to n due jobs of ONE queue: ``picked`` is the compiled queryset
-# (``WHERE status = 'pending' AND queue = %(queue)s AND run_at <= statement_timestamp()
-# ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED``; Django's
-# Now() is the statement's start, which in the claim's own autocommit transaction is
-# now()), one range scan of the claim index that stops after n rows. The CTE is the "optimisation fence": the
+# (``WHERE status = 'pending' AND queue = %(queue)s AND run_at <= now() ORDER BY
+# priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED``), one range scan of
+# the claim index that stops after n rows. The CTE is the "optimisation fence": the
 # LIMIT applies to the locked set, so the UPDATE can never touch more rows than
 # asked for. SKIP LOCKED makes competing workers take different rows instead of
 # queueing behind each other.

@@ -19,7 +19,7 @@ from tests.rows import make_job
 #: The inner SELECT of the one-queue claim, as compiled by Django 5.2 / 6.x.
 PICKED_ONE_QUEUE = re.compile(
     r'SELECT "django_pgjobs_job"\."id"( AS "id")? FROM "django_pgjobs_job" WHERE \('
-    r'"django_pgjobs_job"\."run_at" <= \(STATEMENT_TIMESTAMP\(\)\) AND '
+    r'"django_pgjobs_job"\."run_at" <= \(now\(\)\) AND '
     r"\"django_pgjobs_job\"\.\"status\" = 'pending' AND "
     r'"django_pgjobs_job"\."queue" = \(%\(queue\)s\)\) '
     r'ORDER BY "django_pgjobs_job"\."priority" DESC, "django_pgjobs_job"\."run_at" ASC, '
