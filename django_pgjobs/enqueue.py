@@ -166,7 +166,6 @@ def enqueue_one(
     )
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
-    connection = connections[alias]
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
     args_text, kwargs_text = _json_text(args), _json_text(kwargs)
@@ -184,45 +183,81 @@ def enqueue_one(
         or opts["unique_key"] is not None
     ):
         return _enqueue_flow(definition, args, kwargs, opts, alias, args_text, kwargs_text)
-    if opts["delay"] is None:
-        statement, when = sql.JOB_INSERT, opts["run_at"]
-    else:
-        statement, when = sql.JOB_INSERT_DELAYED, opts["delay"].total_seconds()
+    return _insert(
+        definition,
+        args,
+        kwargs,
+        opts,
+        alias,
+        _insert_params(definition, opts, args_text, kwargs_text),
+        # the key exists: return the job that owns it, writing nothing
+        lookups=[(job_by_key, key)],
+        failure=f"could not enqueue {definition.name} with idempotency key {key!r}",
+    )
+
+
+def _insert_params(
+    definition: JobDefinition, opts: Mapping[str, Any], args_text: str, kwargs_text: str
+) -> dict[str, Any]:
+    """The JOB_INSERT family's parameters for these options (the trace context is
+    added by ``_insert``, inside the publish span)."""
+    delay = opts["delay"]
+    return sql.insert_params(
+        task=definition.name,
+        queue=opts["queue"],
+        priority=opts["priority"],
+        args=args_text,
+        kwargs=kwargs_text,
+        run_at=opts["run_at"],
+        delay=None if delay is None else delay.total_seconds(),
+        max_attempts=opts["max_attempts"],
+        idempotency_key=opts["idempotency_key"],
+        timeout=opts["timeout"],
+        concurrency_key=opts.get("concurrency_key"),
+        concurrency_limit=opts.get("concurrency_limit"),
+        unique_key=opts.get("unique_key"),
+    )
+
+
+def _insert(
+    definition: JobDefinition,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    opts: Mapping[str, Any],
+    alias: str,
+    params: dict[str, Any],
+    *,
+    flow: bool = False,
+    lookups: Sequence[tuple[str, Any]],
+    failure: str,
+) -> Job:
+    """Insert one job (a JOB_INSERT member: ON CONFLICT DO NOTHING), or, when a key is
+    taken, return the job that holds it: the first of ``lookups`` (statement, key;
+    None: that key is not set) that finds one. Three tries: the holder can finish or
+    be pruned between the two statements, freeing the key."""
+    statement = sql.job_insert(flow=flow, delayed=opts["delay"] is not None)
     # OpenTelemetry (tracing.py): a send span, whose context the row stores. A
     # shared no-op context when tracing is off.
     with (
         tracing.publish(definition.name, opts["queue"]) as publish,
-        sql.hot_cursor(connection) as cursor,
+        sql.hot_cursor(connections[alias]) as cursor,
     ):
         carrier = publish.carrier if publish is not None else None
+        params["trace_context"] = None if carrier is None else json.dumps(carrier)
         for _ in range(3):
-            cursor.execute(
-                statement,
-                [
-                    definition.name,
-                    opts["queue"],
-                    opts["priority"],
-                    args_text,
-                    kwargs_text,
-                    when,
-                    opts["max_attempts"],
-                    key,
-                    opts["timeout"],
-                    None if carrier is None else json.dumps(carrier),
-                ],
-            )
+            cursor.execute(statement, params)
             row = cursor.fetchone()
             if row is not None:
                 if publish is not None:
                     publish.set_message_id(row[0])
                 return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
-            # The key exists: return the job that owns it, writing nothing.
-            cursor.execute(job_by_key, [key])
-            row = cursor.fetchone()
-            if row is not None:
-                return _row_to_job(alias, row)
-            # The owner vanished between the two statements (pruned); try again.
-    raise RuntimeError(f"could not enqueue {definition.name} with idempotency key {key!r}")
+            for lookup, key in lookups:
+                if key is not None:
+                    cursor.execute(lookup, [key])
+                    row = cursor.fetchone()
+                    if row is not None:
+                        return _row_to_job(alias, row)
+    raise RuntimeError(failure)
 
 
 def _enqueue_flow(
@@ -248,53 +283,18 @@ def _enqueue_flow(
     opts["unique_key"] = keys.unique_key(definition, args, kwargs, opts.get("unique_key"))
     _, job_by_key, _ = _columns()
     by_unique = job_by_key.replace("WHERE idempotency_key = %s", sql.JOB_BY_UNIQUE_KEY_WHERE)
-    connection = connections[alias]
-    if opts["delay"] is None:
-        statement, when = sql.JOB_INSERT_FLOW, opts["run_at"]
-    else:
-        statement, when = sql.JOB_INSERT_FLOW_DELAYED, opts["delay"].total_seconds()
-    with (
-        tracing.publish(definition.name, opts["queue"]) as publish,
-        sql.hot_cursor(connection) as cursor,
-    ):
-        carrier = publish.carrier if publish is not None else None
-        for _ in range(3):
-            cursor.execute(
-                statement,
-                [
-                    definition.name,
-                    opts["queue"],
-                    opts["priority"],
-                    args_text,
-                    kwargs_text,
-                    when,
-                    opts["max_attempts"],
-                    opts["idempotency_key"],
-                    opts["timeout"],
-                    ckey,
-                    opts["concurrency_limit"],
-                    opts["unique_key"],
-                    None if carrier is None else json.dumps(carrier),
-                ],
-            )
-            row = cursor.fetchone()
-            if row is not None:
-                if publish is not None:
-                    publish.set_message_id(row[0])
-                return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
-            # A key is taken: return the job that holds it, writing nothing.
-            if opts["idempotency_key"] is not None:
-                cursor.execute(job_by_key, [opts["idempotency_key"]])
-                row = cursor.fetchone()
-                if row is not None:
-                    return _row_to_job(alias, row)
-            if opts["unique_key"] is not None:
-                cursor.execute(by_unique, [opts["unique_key"]])
-                row = cursor.fetchone()
-                if row is not None:
-                    return _row_to_job(alias, row)
-            # The holder finished between the two statements: the key is free, try again.
-    raise RuntimeError(f"could not enqueue {definition.name}: its key stayed taken")
+    return _insert(
+        definition,
+        args,
+        kwargs,
+        opts,
+        alias,
+        _insert_params(definition, opts, args_text, kwargs_text),
+        flow=True,
+        # a key is taken: return the job that holds it, writing nothing
+        lookups=[(job_by_key, opts["idempotency_key"]), (by_unique, opts["unique_key"])],
+        failure=f"could not enqueue {definition.name}: its key stayed taken",
+    )
 
 
 def enqueue_by_name(

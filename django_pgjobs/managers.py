@@ -8,12 +8,14 @@ method is also a manager method without hand forwarding.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models, router
-from django.db.models import Q
+from django.db.models import Expression, F, Func, IntegerField, Q, TextField
+from django.db.models.functions import Cast, Now
+from django.db.models.lookups import IsNull
 from django.utils import timezone
 
 from django_pgjobs.states import TERMINAL, JobStatus
@@ -27,8 +29,92 @@ logger = logging.getLogger("django_pgjobs")
 #: Most ids one fenced retry/cancel statement receives (the admin actions use the same).
 CHUNK = 1_000
 
+#: The order jobs are claimed in: the claim index's order (models.Job.Meta).
+CLAIM_ORDER = ("-priority", "run_at", "id")
+
+
+class StatementParam(Expression):
+    """A named parameter (``%(name)s``) of a statement that is compiled once from a
+    queryset and then run with the hot path's own parameters (``sql.claim_statements``).
+    It compiles to ``%s`` with itself as the value, which the statement builder turns
+    back into ``%(name)s``; such a queryset is compiled, never evaluated."""
+
+    def __init__(self, name: str, output_field: models.Field[Any, Any] | None = None):
+        super().__init__(output_field=output_field or models.CharField())
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"StatementParam({self.name!r})"
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        return "%s", (self,)
+
+
+class TextArray(Expression):
+    """``<value>::text[]``: a list of strings, or a ``StatementParam`` holding the array
+    (the worker passes its task names as one ``text[]`` literal, see ``sql.task_array``)."""
+
+    def __init__(self, value: Sequence[str] | StatementParam):
+        super().__init__(output_field=TextField())
+        self.value = value
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        if isinstance(self.value, Expression):
+            text, params = compiler.compile(self.value)
+            return f"{text}::text[]", tuple(params)
+        return "%s::text[]", (list(self.value),)
+
+
+class TransactionNow(Now):
+    """``now()``: the start of the current transaction, the clock every time of a job
+    is set from (enqueue, retry backoff). Django's ``Now()`` is ``statement_timestamp()``
+    on PostgreSQL: the same in a worker's claim (its own transaction), but inside a
+    longer transaction (``run_jobs()`` in a test) a job retried with a backoff would
+    become due while the transaction lasts, depending on how fast the test runs."""
+
+    def as_postgresql(
+        self, compiler: Any, connection: Any, **extra_context: Any
+    ) -> tuple[str, Any]:
+        return self.as_sql(compiler, connection, template="now()", **extra_context)
+
+
+class ArrayPosition(Func):
+    """``array_position(array, element)``: NULL when the element is not in the array."""
+
+    function = "array_position"
+    output_field = IntegerField()
+
 
 class JobQuerySet(models.QuerySet["Job"]):
+    def claimable(
+        self,
+        queues: str | Sequence[str] | Expression | None = None,
+        *,
+        tasks: Sequence[str] | StatementParam | None = None,
+    ) -> JobQuerySet:
+        """The jobs a worker claims next, best first: due (``run_at <= now()``, see
+        ``TransactionNow``) pending jobs of ``queues``
+        (a name, a list of names, None for every queue), only of ``tasks`` when given,
+        by priority (highest first), then ``run_at``, then id — the claim index's order —
+        locked ``FOR UPDATE SKIP LOCKED`` (so evaluate it inside ``transaction.atomic()``;
+        rows another transaction holds are passed over, never waited for).
+
+        This is the worker's claim: ``sql.claim`` runs this queryset compiled once into
+        the inner SELECT of a single ``WITH picked AS (...) UPDATE ... RETURNING``
+        statement (queue, task names and LIMIT become that statement's parameters).
+        The task filter is ``array_position(tasks, task) IS NOT NULL``, not ``task IN
+        (...)``: see ``sql.py`` on how the planner estimates the two."""
+        qs = self.filter(status=JobStatus.PENDING, run_at__lte=TransactionNow())
+        if isinstance(queues, str | Expression):
+            qs = qs.filter(queue=queues)
+        elif queues is not None:
+            qs = qs.filter(queue__in=list(queues))
+        if tasks is not None:
+            names = TextArray([tasks] if isinstance(tasks, str) else tasks)
+            position = ArrayPosition(names, Cast(F("task"), TextField()))
+            qs = qs.filter(IsNull(position, False))  # array_position(...) IS NOT NULL
+        return qs.order_by(*CLAIM_ORDER).select_for_update(skip_locked=True)
+
     def pending(self) -> JobQuerySet:
         return self.filter(status=JobStatus.PENDING)
 

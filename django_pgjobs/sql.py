@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -46,17 +47,60 @@ NOTIFY_CHANNEL = "pgjobs"
 # Enqueue
 # ---------------------------------------------------------------------------
 
-# Insert one job and wake idle workers. ON CONFLICT on the unique idempotency key
-# waits for a concurrent inserter of the same key to commit or roll back, then
-# does nothing (the caller then reads the winner's row), so concurrent enqueues
-# of one key produce exactly one row. pg_notify is delivered at commit, so a
-# rolled-back enqueue wakes nobody.
-JOB_INSERT = f"""
+# The JOB_INSERT family: insert one job and wake idle workers, in one statement.
+# One column list serves every member; a member adds the flow-control columns, or
+# takes run_at as a delay, and nothing else. Parameters are named after their
+# column (build them with insert_params, which fills the ones not given with NULL):
+# a new column is one line here, not a positional None at every caller.
+_INSERT_COLUMNS = (
+    ("task", "%(task)s"),
+    ("queue", "%(queue)s"),
+    ("priority", "%(priority)s"),
+    ("args", "%(args)s::jsonb"),
+    ("kwargs", "%(kwargs)s::jsonb"),
+    # an absolute time (NULL: now), or for .using(delay=...) the database's now()
+    # plus the delay, the clock every other time of a job (claims, leases, backoff)
+    # is read from
+    ("run_at", "COALESCE(%(run_at)s, now())"),
+    ("max_attempts", "%(max_attempts)s"),
+    ("idempotency_key", "%(idempotency_key)s"),
+    ("timeout", "%(timeout)s"),
+    ("trace_context", "%(trace_context)s::jsonb"),
+)
+_FLOW_COLUMNS = (
+    ("concurrency_key", "%(concurrency_key)s"),
+    ("concurrency_limit", "%(concurrency_limit)s"),
+    ("unique_key", "%(unique_key)s"),
+)
+_DELAYED_RUN_AT = "now() + make_interval(secs => %(delay)s)"
+INSERT_PARAMS = frozenset([name for name, _ in _INSERT_COLUMNS + _FLOW_COLUMNS] + ["delay"])
+
+
+def insert_params(**values: Any) -> dict[str, Any]:
+    """Parameters for any member of the JOB_INSERT family: ``values`` by column
+    name (``delay``: seconds, for the _DELAYED members), NULL for the others."""
+    unknown = values.keys() - INSERT_PARAMS
+    if unknown:
+        raise TypeError(f"not a parameter of the job insert: {', '.join(sorted(unknown))}")
+    return dict.fromkeys(INSERT_PARAMS) | values
+
+
+# ON CONFLICT on the unique idempotency key waits for a concurrent inserter of the
+# same key to commit or roll back, then does nothing (the caller then reads the
+# winner's row), so concurrent enqueues of one key produce exactly one row. The
+# flow members (concurrency key, unique_while key) say ON CONFLICT DO NOTHING
+# without a target, which covers both partial unique indexes (idempotency key;
+# unique key among pending/running jobs) the same way. pg_notify is delivered at
+# commit, so a rolled-back enqueue wakes nobody.
+def _job_insert(*, flow: bool, delayed: bool) -> str:
+    columns = _INSERT_COLUMNS + (_FLOW_COLUMNS if flow else ())
+    values = [_DELAYED_RUN_AT if delayed and name == "run_at" else value for name, value in columns]
+    conflict = "" if flow else " (idempotency_key) WHERE idempotency_key IS NOT NULL"
+    return f"""
 WITH ins AS (
-    INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key, timeout, trace_context)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s, %s::jsonb)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    INSERT INTO {JOB} ({", ".join(name for name, _ in columns)})
+    VALUES ({", ".join(values)})
+    ON CONFLICT{conflict} DO NOTHING
     RETURNING id, queue, run_at, created_at
 )
 SELECT ins.id,
@@ -67,37 +111,23 @@ SELECT ins.id,
   FROM ins
 """
 
-# JOB_INSERT for .using(delay=...): run_at is the database's now() plus the delay,
-# the clock every other time of a job (claims, leases, backoff) is read from.
-JOB_INSERT_DELAYED = JOB_INSERT.replace("COALESCE(%s, now())", "now() + make_interval(secs => %s)")
-# The same time for a bulk enqueue (COPY takes values, not expressions).
+
+JOB_INSERT = _job_insert(flow=False, delayed=False)
+JOB_INSERT_DELAYED = _job_insert(flow=False, delayed=True)
+# Only jobs with a concurrency key or a unique_while key take the flow members.
+JOB_INSERT_FLOW = _job_insert(flow=True, delayed=False)
+JOB_INSERT_FLOW_DELAYED = _job_insert(flow=True, delayed=True)
+
+
+def job_insert(*, flow: bool = False, delayed: bool = False) -> str:
+    """The member of the JOB_INSERT family for these options."""
+    if flow:
+        return JOB_INSERT_FLOW_DELAYED if delayed else JOB_INSERT_FLOW
+    return JOB_INSERT_DELAYED if delayed else JOB_INSERT
+
+
+# The run_at of a delayed bulk enqueue (COPY takes values, not expressions).
 DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
-
-# Insert a job with flow-control columns (concurrency key, unique_while key).
-# ON CONFLICT DO NOTHING without a target covers both partial unique indexes
-# (idempotency key; unique key among pending/running jobs): a concurrent insert of
-# the same key waits for the other transaction, then does nothing. Only jobs with
-# these options use this statement; JOB_INSERT stays as it was.
-JOB_INSERT_FLOW = f"""
-WITH ins AS (
-    INSERT INTO {JOB} (task, queue, priority, args, kwargs, run_at, max_attempts,
-                       idempotency_key, timeout, concurrency_key, concurrency_limit,
-                       unique_key, trace_context)
-    VALUES (%s, %s, %s, %s::jsonb, %s::jsonb, COALESCE(%s, now()), %s, %s, %s, %s, %s, %s,
-            %s::jsonb)
-    ON CONFLICT DO NOTHING
-    RETURNING id, queue, run_at, created_at
-)
-SELECT ins.id,
-       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
-       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
-       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
-  FROM ins
-"""
-
-JOB_INSERT_FLOW_DELAYED = JOB_INSERT_FLOW.replace(
-    "COALESCE(%s, now())", "now() + make_interval(secs => %s)"
-)
 
 # The job holding a unique_while key (the partial unique index's predicate).
 JOB_BY_UNIQUE_KEY_WHERE = (
@@ -117,6 +147,22 @@ JOB_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 # Claim
 # ---------------------------------------------------------------------------
 
+# Where the claim's SQL comes from. The rows a claim takes are the queryset
+# ``Job.objects.claimable(queue)`` (managers.py): due pending jobs in claim-index
+# order, ``select_for_update(skip_locked=True)``. It is compiled once per database
+# vendor, on first use and without a round trip (claim_statements), into the inner
+# SELECT of one ``WITH picked AS (...) UPDATE ... RETURNING`` statement, so a claim
+# stays one round trip with one constant text that the server prepares once.
+# Hand-written around it, because the ORM cannot say it at no cost: the UPDATE that
+# joins the locked CTE and returns the claimed rows (QuerySet.update() neither joins
+# a CTE nor returns rows: two round trips); the several-queues claim's outer query,
+# which runs the queryset once per queue as a LATERAL subquery of unnest(...) (no
+# LATERAL or set-returning FROM in the ORM); the every-queue claim's queue list, a
+# recursive CTE (no WITH RECURSIVE in the ORM; its two index probes are one line
+# each, and ACTIVE_QUEUES shares it); and the limited claim further down, whose
+# per-queue scan reads the CTEs ``allowance`` and ``busy`` and locks rows only after
+# ranking them.
+
 # Claims commit asynchronously: set_config(..., true) is local to the statement's
 # own transaction (no session state, so pgbouncer-safe) and is still in force
 # when it commits, so the claim does not wait for a WAL flush. Safe: a claim lost
@@ -124,6 +170,9 @@ JOB_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 # the completion, which commits synchronously, flushes the claim's WAL before it.
 ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 
+# Marks the rows of ``picked`` as claimed. attempts and lease are bumped at claim
+# time, so a crash mid-job still counts the attempt and a reclaimed job can be told
+# from its zombie.
 _CLAIM_SET = f"""
 UPDATE {JOB} AS j
    SET status = '{JobStatus.RUNNING}',
@@ -141,46 +190,37 @@ RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j
           j.priority, j.idempotency_key, j.timeout, j.trace_context
 """
 
-# Claim up to n due jobs of ONE queue in claim-index order. The CTE is the
-# "optimisation fence": the LIMIT applies to the locked set, so the UPDATE can
-# never touch more rows than asked for. SKIP LOCKED makes competing workers take
-# different rows instead of queueing behind each other. attempts and lease are
-# bumped at claim time, so a crash mid-job still counts the attempt and a
-# reclaimed job can be told from its zombie.
-JOB_CLAIM_ONE_QUEUE = f"""
+
+# Claim up to n due jobs of ONE queue: ``picked`` is the compiled queryset
+# (``WHERE status = 'pending' AND queue = %(queue)s AND run_at <= now() ORDER BY
+# priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED``), one range scan of
+# the claim index that stops after n rows. The CTE is the "optimisation fence": the
+# LIMIT applies to the locked set, so the UPDATE can never touch more rows than
+# asked for. SKIP LOCKED makes competing workers take different rows instead of
+# queueing behind each other.
+def _claim_one_queue(picked: str) -> str:
+    return f"""
 WITH picked AS (
-    SELECT id FROM {JOB}
-     WHERE status = '{JobStatus.PENDING}' AND queue = %(queue)s AND run_at <= now()
-     ORDER BY priority DESC, run_at, id
-     LIMIT %(n)s
-       FOR UPDATE SKIP LOCKED
+    {picked}
 )
 {_CLAIM_SET}
 """
 
-# The best n due jobs of the queue qs.name, in claim-index order, locked with
-# SKIP LOCKED (the claim index leads with queue, so this is one index range scan).
-# Shared by the multi-queue claims below, which join it LATERAL to a list of queues.
-_CLAIM_LATERAL = f"""CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {JOB}
-         WHERE status = '{JobStatus.PENDING}' AND queue = qs.name AND run_at <= now()
-         ORDER BY priority DESC, run_at, id
-         LIMIT %(n)s
-           FOR UPDATE SKIP LOCKED
-    ) AS c"""
 
-# Claim across several queues: each queue is scanned in index order (LATERAL,
-# LIMIT n each) and the best n are taken. Rows of the per-queue scans that are not
-# taken stay locked only for this statement.
-JOB_CLAIM_QUEUES = f"""
+# Claim across several queues: each queue is scanned in index order (the compiled
+# queryset for queue = qs.name, LATERAL, LIMIT n each) and the best n are taken.
+# Rows of the per-queue scans that are not taken stay locked only for this statement.
+def _claim_queues(lateral: str) -> str:
+    return f"""
 WITH picked AS (
     SELECT c.id FROM unnest(%(queues)s::text[]) AS qs(name)
-    {_CLAIM_LATERAL}
+    CROSS JOIN LATERAL ({lateral}) AS c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s
 )
 {_CLAIM_SET}
 """
+
 
 # The queues that have pending rows, found with a loose index scan of the claim
 # index: one index probe per distinct queue, not a read of every pending row.
@@ -194,11 +234,13 @@ _PENDING_QUEUES = f"""qs(name) AS (
       FROM qs WHERE qs.name IS NOT NULL
 )"""
 
+
 # Claim from every queue: the pending queues (loose index scan), then as above.
-JOB_CLAIM_ALL = f"""
+def _claim_all(lateral: str) -> str:
+    return f"""
 WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
     SELECT c.id FROM qs
-    {_CLAIM_LATERAL}
+    CROSS JOIN LATERAL ({lateral}) AS c
     WHERE qs.name IS NOT NULL
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(n)s
@@ -206,20 +248,145 @@ WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
 {_CLAIM_SET}
 """
 
-# Deploy skew: the same three claims restricted to the tasks this worker knows (a
-# filter on the claim-index scan: no join, no lock), so a job of a task only newer
-# code registers waits for a worker that knows it. Written as array_position(...)
-# IS NOT NULL, not task = ANY(...), on purpose: the planner estimates ANY() from
-# the task column's statistics (history included, or a default for a prepared
-# statement's parameter), and a low estimate makes it trade the ordered index scan
-# that stops after n rows for a bitmap scan plus a sort of the whole backlog. A
-# function's IS NOT NULL is estimated at 99.5%, which is the truth: almost every
-# pending job is of a known task.
-_KNOWN_TASK = "array_position(%(tasks)s::text[], {col}::text) IS NOT NULL"
-_KNOWN = "AND run_at <= now() AND " + _KNOWN_TASK.format(col="task")
-JOB_CLAIM_ONE_QUEUE_KNOWN = JOB_CLAIM_ONE_QUEUE.replace("AND run_at <= now()", _KNOWN)
-JOB_CLAIM_QUEUES_KNOWN = JOB_CLAIM_QUEUES.replace("AND run_at <= now()", _KNOWN)
-JOB_CLAIM_ALL_KNOWN = JOB_CLAIM_ALL.replace("AND run_at <= now()", _KNOWN)
+
+# Deploy skew: the *_KNOWN claims are the same three restricted to the tasks this
+# worker knows (``claimable(tasks=...)``: a filter on the claim-index scan, no join,
+# no lock), so a job of a task only newer code registers waits for a worker that
+# knows it. The filter is array_position(%(tasks)s::text[], task::text) IS NOT NULL,
+# not task = ANY(...), on purpose: the planner estimates ANY() from the task
+# column's statistics (history included, or a default for a prepared statement's
+# parameter), and a low estimate makes it trade the ordered index scan that stops
+# after n rows for a bitmap scan plus a sort of the whole backlog. A function's IS
+# NOT NULL is estimated at 99.5%, which is the truth: almost every pending job is
+# of a known task.
+CLAIM_STATEMENTS = (
+    "JOB_CLAIM_ONE_QUEUE",
+    "JOB_CLAIM_QUEUES",
+    "JOB_CLAIM_ALL",
+    "JOB_CLAIM_ONE_QUEUE_KNOWN",
+    "JOB_CLAIM_QUEUES_KNOWN",
+    "JOB_CLAIM_ALL_KNOWN",
+)
+
+# The LIMIT compiled into the queryset (Django writes it as a literal), replaced by
+# %(n)s; no real claim asks for this many rows.
+_LIMIT_MARK = 1_999_999_999
+_PLACEHOLDER = re.compile(r"%%|%s")
+_STATUSES = frozenset(s.value for s in JobStatus)
+
+# vendor -> statement name -> text
+_claims: dict[str, dict[str, str]] = {}
+
+
+def claim_statements(connection: Any = None) -> dict[str, str]:
+    """The claim statements (``CLAIM_STATEMENTS`` -> text) for ``connection``'s
+    database vendor (None, or a plain psycopg connection: the ``PGJOBS["DATABASE"]``
+    one's), compiled from ``Job.objects.claimable`` on first use."""
+    vendor = getattr(connection, "vendor", None)
+    statements = _claims.get(vendor) if vendor is not None else None
+    if statements is None:
+        if vendor is None:
+            from django.db import connections
+
+            from django_pgjobs.conf import get_settings
+
+            connection = connections[get_settings().DATABASE]
+            vendor = connection.vendor
+        statements = _claims.get(vendor)
+        if statements is None:
+            statements = _claims[vendor] = compile_claims(connection)
+    return statements
+
+
+def compile_claims(connection: BaseDatabaseWrapper) -> dict[str, str]:
+    """Compile the claim statements with ``connection``'s backend (never connecting)."""
+    from django.db.models.expressions import RawSQL
+
+    from django_pgjobs.managers import StatementParam
+    from django_pgjobs.models import Job
+
+    offline = _offline(connection)
+
+    def picked(queue: Any, known: bool, *columns: str) -> str:
+        tasks = StatementParam("tasks") if known else None
+        queryset = Job.objects.claimable(queue, tasks=tasks).values(*columns)[:_LIMIT_MARK]
+        text, params = queryset.query.get_compiler(connection=offline).as_sql()
+        return _named(text, params)
+
+    out: dict[str, str] = {}
+    for suffix, known in (("", False), ("_KNOWN", True)):
+        lateral = picked(RawSQL("qs.name", ()), known, "id", "priority", "run_at")
+        out["JOB_CLAIM_ONE_QUEUE" + suffix] = _claim_one_queue(
+            picked(StatementParam("queue"), known, "id")
+        )
+        out["JOB_CLAIM_QUEUES" + suffix] = _claim_queues(lateral)
+        out["JOB_CLAIM_ALL" + suffix] = _claim_all(lateral)
+    return {name: out[name] for name in CLAIM_STATEMENTS}
+
+
+def _named(text: str, params: Sequence[Any]) -> str:
+    """Compiled SQL with its positional parameters made named: a ``StatementParam``
+    becomes ``%(name)s``, the LIMIT mark ``%(n)s``, and a job status a literal. The
+    status must be a literal: only then can the planner match the partial claim index
+    (``WHERE status = 'pending'``), also in a prepared statement's generic plan."""
+    from django_pgjobs.managers import StatementParam
+
+    values = iter(params)
+
+    def one(match: re.Match[str]) -> str:
+        if match.group() == "%%":
+            return "%%"
+        value = next(values)
+        if isinstance(value, StatementParam):
+            return f"%({value.name})s"
+        if isinstance(value, str) and value in _STATUSES:
+            return f"'{value}'"
+        raise ValueError(f"the claim queryset has a parameter the claim cannot pass: {value!r}")
+
+    named = _PLACEHOLDER.sub(one, text)
+    if next(values, None) is not None or named.count(f"LIMIT {_LIMIT_MARK}") != 1:
+        raise ValueError(f"unexpected shape of the compiled claim queryset: {text}")
+    return named.replace(f"LIMIT {_LIMIT_MARK}", "LIMIT %(n)s")
+
+
+def _offline(connection: BaseDatabaseWrapper) -> BaseDatabaseWrapper:
+    """A wrapper of ``connection``'s backend that compiles SQL and never connects.
+    Django's compiler asks whether a select_for_update() queryset runs inside a
+    transaction (asking opens a connection, and the answer is no in autocommit);
+    this one answers yes: the compiled text only ever runs inside the claim's
+    own statement, which is its transaction."""
+
+    def ensure_connection(self: Any) -> None:
+        raise RuntimeError("compiling the claim queryset must not need a connection")
+
+    if not isinstance(connection, BaseDatabaseWrapper):  # django.db.connection, a proxy
+        from django.db import connections
+
+        connection = connections[connection.alias]
+    backend = type(
+        "OfflineCompiler",
+        (type(connection),),
+        {"ensure_connection": ensure_connection, "get_autocommit": lambda self: False},
+    )
+    offline: BaseDatabaseWrapper = backend(connection.settings_dict, alias=connection.alias)
+    return offline
+
+
+if TYPE_CHECKING:
+    JOB_CLAIM_ONE_QUEUE: str
+    JOB_CLAIM_QUEUES: str
+    JOB_CLAIM_ALL: str
+    JOB_CLAIM_ONE_QUEUE_KNOWN: str
+    JOB_CLAIM_QUEUES_KNOWN: str
+    JOB_CLAIM_ALL_KNOWN: str
+else:
+
+    def __getattr__(name: str) -> str:
+        """``sql.JOB_CLAIM_ALL`` and the others read like the module's constants
+        (tests, bench, docs): the statements compiled for ``PGJOBS["DATABASE"]``."""
+        if name in CLAIM_STATEMENTS:
+            return claim_statements()[name]
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # ---------------------------------------------------------------------------
 # The limited claim (flow control: pause, max_running, rate, concurrency keys)
@@ -426,29 +593,41 @@ def keep_newest(array: str) -> str:
 # our entry" means "this very write committed", even after the job was claimed
 # again by another worker (the lease moved on). Matched by primary key and
 # containment, so it stays cheap. ``%(mark)s`` is NULL for an entry without
-# ``at``: then only the same-lease check recognises it. Corner case: entries are
-# trimmed to the MAX_ERRORS_KEPT newest; ours is the newest when written, so it
-# is only lost if that many later failures were recorded before the redo, and
-# then the redo is reported as fenced (it changes nothing either way).
-def _ours_already(statuses: str) -> str:
+# ``at``: then only the same-lease check recognises it (``by_lease``; a write that
+# bumps the lease can never match its old lease again, so it has the entry only).
+# Corner case: entries are trimmed to the MAX_ERRORS_KEPT newest; ours is the
+# newest when written, so it is only lost if that many later failures were
+# recorded before the redo, and then the redo is reported as fenced (it changes
+# nothing either way).
+def _ours_already(statuses: str, *, by_lease: bool = True) -> str:
+    entry = "errors @> %(mark)s::jsonb"
+    if not by_lease:
+        return entry
     return f"""(lease = %(lease)s AND status IN ({statuses}) AND last_error = %(last_error)s)
-        OR errors @> %(mark)s::jsonb"""
+        OR {entry}"""
 
 
-# A failed attempt with attempts left: back to pending after the backoff delay.
-# Guarded by attempts: a row whose attempts are used up is dead-lettered instead,
-# whatever the caller decided, so no row is ever pending with attempts =
-# max_attempts (its next claim would violate attempts_in_bounds and fail the whole
-# claim statement). Returns the status our write gave the row. The second SELECT
-# recognises our own earlier committed write (see _ours_already): a redone write
-# reports that status once more instead of "fenced". The statement's snapshot
-# predates ``upd``, so a row is never returned twice.
-JOB_RETRY = f"""
+# A failed attempt: back to pending after the backoff delay, or dead. Fenced by the
+# lease we claimed; returns the status our write gave the row. Guarded by
+# attempts: a row whose attempts are used up is dead-lettered instead, whatever
+# the caller decided, so no row is ever pending with attempts = max_attempts (its
+# next claim would violate attempts_in_bounds and fail the whole claim statement).
+# The second SELECT recognises our own earlier committed write (see _ours_already):
+# a redone write reports that status once more instead of "fenced". The
+# statement's snapshot predates ``upd``, so a row is never returned twice.
+#
+# timed_out=True: give up on a run that exceeded its timeout. The lease is also
+# bumped (anything the abandoned run writes later is fenced), and %(retry)s says
+# whether the job may be retried at all; the lease bump means a redo of this write
+# can only recognise its committed write by its error entry.
+def _failed_attempt(*, timed_out: bool) -> str:
+    retry = f"attempts < max_attempts{' AND %(retry)s' if timed_out else ''}"
+    redo_retry = f"%(attempt)s::int < max_attempts{' AND %(retry)s' if timed_out else ''}"
+    return f"""
 WITH upd AS (
     UPDATE {JOB}
-       SET status = CASE WHEN attempts < max_attempts THEN '{JobStatus.PENDING}'
-                         ELSE '{JobStatus.DEAD}' END,
-           finished_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
+       SET {"lease = lease + 1, " if timed_out else ""}status = CASE WHEN {retry} THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
+           finished_at = CASE WHEN {retry} THEN NULL ELSE now() END,
            run_at = now() + make_interval(secs => %(delay)s),
            errors = {keep_newest("errors || %(error)s::jsonb")},
            last_error = %(last_error)s
@@ -458,12 +637,16 @@ WITH upd AS (
 SELECT status FROM upd
 UNION ALL
 SELECT CASE WHEN lease = %(lease)s AND status <> '{JobStatus.RUNNING}' THEN status
-            WHEN %(attempt)s::int < max_attempts THEN '{JobStatus.PENDING}'
+            WHEN {redo_retry} THEN '{JobStatus.PENDING}'
             ELSE '{JobStatus.DEAD}' END
   FROM {JOB}
  WHERE id = %(id)s
-   AND ({_ours_already(f"'{JobStatus.PENDING}', '{JobStatus.DEAD}'")})
+   AND ({_ours_already(f"'{JobStatus.PENDING}', '{JobStatus.DEAD}'", by_lease=not timed_out)})
 """
+
+
+JOB_RETRY = _failed_attempt(timed_out=False)
+JOB_TIMED_OUT = _failed_attempt(timed_out=True)
 
 # A failed attempt with none left (or discard_on / unknown task): dead letter.
 # Same recognition of our own earlier committed write as JOB_RETRY.
@@ -506,48 +689,12 @@ UPDATE {JOB} AS j
 RETURNING j.id, j.task
 """
 
-# Give up on a run that exceeded its timeout: the lease is bumped (anything the
-# abandoned run writes later is fenced), and the job goes back to pending after
-# the backoff, or to dead when its attempts are used up. Fenced by the lease we
-# claimed; returns the new status. The lease bump means a redo of this write
-# (reply lost) can never match the lease again: it recognises its own committed
-# write by its error entry instead (see _ours_already) and returns the status
-# that write gave the row.
-JOB_TIMED_OUT = f"""
-WITH upd AS (
-    UPDATE {JOB}
-       SET lease = lease + 1,
-           status = CASE WHEN attempts < max_attempts AND %(retry)s
-                         THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END,
-           finished_at = CASE WHEN attempts < max_attempts AND %(retry)s
-                              THEN NULL ELSE now() END,
-           run_at = now() + make_interval(secs => %(delay)s),
-           errors = {keep_newest("errors || %(error)s::jsonb")},
-           last_error = %(last_error)s
-     WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-    RETURNING status
-)
-SELECT status FROM upd
-UNION ALL
-SELECT CASE WHEN %(attempt)s::int < max_attempts AND %(retry)s
-            THEN '{JobStatus.PENDING}' ELSE '{JobStatus.DEAD}' END
-  FROM {JOB}
- WHERE id = %(id)s AND errors @> %(mark)s::jsonb
-"""
-
 # Graceful shutdown: hand an unfinished job back without counting the attempt.
 JOB_RELEASE = f"""
 UPDATE {JOB}
    SET status = '{JobStatus.PENDING}', attempts = attempts - 1, run_at = now()
  WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
 RETURNING id
-"""
-
-# Has the job been cancelled or taken over since we claimed it? (for atomic jobs)
-JOB_LEASE_CHECK = f"""
-SELECT 1 FROM {JOB}
- WHERE id = %(id)s AND lease = %(lease)s AND status = '{JobStatus.RUNNING}'
-   FOR NO KEY UPDATE
 """
 
 # A stored result for an idempotency key: the job already ran to completion once.
@@ -858,7 +1005,8 @@ def claim(
     tasks: Sequence[str] | None = None,
     limited: bool = False,
 ) -> list[Claimed]:
-    """Claim up to ``n`` due jobs (``queues=None``: every queue).
+    """Claim up to ``n`` due jobs (``queues=None``: every queue) in one round trip:
+    the rows of ``Job.objects.claimable(queues, tasks=tasks)``, marked running.
 
     ``tasks``: claim only jobs of these tasks (the worker's registry; None: any).
     ``limited``: some queue in scope is paused or limited, or a known task has a
@@ -869,16 +1017,17 @@ def claim(
         if isinstance(connection, psycopg.Connection):
             raise TypeError("the limited claim runs on Django's connection only")
         return _claim_limited(connection, params, queues, tasks)
+    statements = claim_statements(connection)
     known = tasks is not None
     if known:
         params["tasks"] = task_array(tuple(tasks or ()))
     if queues is None:
-        statement = JOB_CLAIM_ALL_KNOWN if known else JOB_CLAIM_ALL
+        statement = statements["JOB_CLAIM_ALL_KNOWN" if known else "JOB_CLAIM_ALL"]
     elif len(queues) == 1:
-        statement = JOB_CLAIM_ONE_QUEUE_KNOWN if known else JOB_CLAIM_ONE_QUEUE
+        statement = statements["JOB_CLAIM_ONE_QUEUE_KNOWN" if known else "JOB_CLAIM_ONE_QUEUE"]
         params["queue"] = queues[0]
     else:
-        statement = JOB_CLAIM_QUEUES_KNOWN if known else JOB_CLAIM_QUEUES
+        statement = statements["JOB_CLAIM_QUEUES_KNOWN" if known else "JOB_CLAIM_QUEUES"]
         params["queues"] = list(queues)
     with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
@@ -1093,11 +1242,6 @@ def timed_out(
         )
         row = cursor.fetchone()
     return None if row is None else str(row[0])
-
-
-def lease_is_ours(connection: BaseDatabaseWrapper, *, id: int, lease: int) -> bool:
-    """Inside a transaction: lock the row and confirm we still own it."""
-    return _fenced(connection, JOB_LEASE_CHECK, {"id": id, "lease": lease})
 
 
 def result_for_key(connection: BaseDatabaseWrapper, key: str) -> tuple[bool, Any]:

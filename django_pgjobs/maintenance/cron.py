@@ -374,20 +374,20 @@ class CronTicker:
                 key = schedule.key(fire)
                 try:
                     with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+                        # No timeout (the @job's own, or DEFAULT_TIMEOUT) and no
+                        # trace context (a schedule fires outside any trace): NULL.
                         cursor.execute(
                             sql.JOB_INSERT,
-                            [
-                                schedule.task,
-                                schedule.queue,
-                                schedule.priority,
-                                json.dumps(schedule.args),
-                                json.dumps(schedule.kwargs),
-                                fire,
-                                schedule.max_attempts or self.default_max_attempts,
-                                key,
-                                None,  # timeout: the @job's own, or DEFAULT_TIMEOUT
-                                None,  # trace_context: a schedule fires outside any trace
-                            ],
+                            sql.insert_params(
+                                task=schedule.task,
+                                queue=schedule.queue,
+                                priority=schedule.priority,
+                                args=json.dumps(schedule.args),
+                                kwargs=json.dumps(schedule.kwargs),
+                                run_at=fire,
+                                max_attempts=schedule.max_attempts or self.default_max_attempts,
+                                idempotency_key=key,
+                            ),
                         )
                         row = cursor.fetchone()
                 except (DataError, IntegrityError) as exc:  # this row's data, not the connection

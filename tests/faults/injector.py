@@ -66,6 +66,8 @@ def sql_constants() -> dict[str, str]:
             and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP)\b", value)
         ):
             out[name] = value
+    # The claims are compiled from Job.objects.claimable on first use, not module text.
+    out.update(sql.claim_statements())
     return out
 
 

@@ -210,8 +210,6 @@ ROWS: tuple[Row, ...] = (
 NOT_RUNTIME = {
     "sql.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
     "sql.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
-    "sql.JOB_LEASE_CHECK": "not used by the package (atomic jobs fence through "
-    "JOB_COMPLETE_MANY in their transaction)",
 }
 
 
