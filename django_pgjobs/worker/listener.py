@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from django.db import connections
@@ -21,6 +22,11 @@ logger = logging.getLogger("django_pgjobs")
 
 
 class Listener(threading.Thread):
+    #: The class the LISTEN connection is made of. A ``psycopg.Connection`` subclass
+    #: may be set here to observe its calls (the fault suite's injector does:
+    #: tests/faults/injector.py); Django's ``execute_wrappers`` never see this one.
+    connection_class: type[psycopg.Connection[Any]] = psycopg.Connection
+
     def __init__(self, alias: str, on_notify: Callable[[str], None], stop: threading.Event):
         super().__init__(name="pgjobs-listener", daemon=True)
         self.alias = alias
@@ -28,19 +34,19 @@ class Listener(threading.Thread):
         self.stop = stop
         self.connected = threading.Event()
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self) -> psycopg.Connection[Any]:
         params = connections[self.alias].get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
         params.pop("server_side_binding", None)
-        conn = psycopg.Connection.connect(**params, autocommit=True)
+        conn = self.connection_class.connect(**params, autocommit=True)
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
 
     def run(self) -> None:
         backoff = Backoff("listen connection")
         while not self.stop.is_set():
-            conn: psycopg.Connection | None = None
+            conn: psycopg.Connection[Any] | None = None
             try:
                 conn = self._connect()
                 self.connected.set()
