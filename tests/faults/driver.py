@@ -123,6 +123,14 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         return _admin_action(
             {"cancel_selected": "cancel_jobs", "retry_selected": "retry_now"}[action], arg["ids"]
         )
+    if action in ("cancel_command", "retry_command"):
+        command = {"cancel_command": "cancel_jobs", "retry_command": "retry_jobs"}[action]
+        ids = ",".join(str(i) for i in arg["ids"])
+        try:
+            call_command(command, "--ids", ids, stdout=io.StringIO())
+            return {"ok": True}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if action == "admin_pages":
         client = _admin_client()
         codes = [client.get(path).status_code for path in arg["paths"]]

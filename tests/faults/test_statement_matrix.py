@@ -107,7 +107,6 @@ def render_matrix() -> str:
     )
     lines.append("")
     if AUDIT:
-        lines.append("")
         lines.append(
             "Every statement a full lifecycle issued (`test_matrix_covers_every_statement`),"
             " its callers and what faults it:"
@@ -115,9 +114,19 @@ def render_matrix() -> str:
         lines.append("")
         lines.append("| statement | issued by | faulted by |")
         lines.append("|---|---|---|")
+        others: set[str] = set()
         for name, (callers, how) in AUDIT.items():
+            if name.startswith("other:"):
+                others.update(callers)
+                continue
             lines.append(f"| `{name}` | {', '.join(callers)} | {how} |")
-    lines.append("")
+        if others:
+            lines.append(
+                f"| `other:…` (not on a pgjobs table) | {', '.join(sorted(others))} | not"
+                " faulted: Django's sessions, auth and savepoints, and the worker's start-up"
+                " checks (migrations, `to_regclass`) |"
+            )
+        lines.append("")
     lines.append(
         "Not in the matrix (no runtime caller): "
         + "; ".join(f"`{k}` ({v})" for k, v in sorted(NOT_RUNTIME.items()))
@@ -187,6 +196,8 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
     worker.wait(timeout=20)
     job = scenario.insert(STEP)
     dead = scenario.insert(STEP, extra="'dead', 5, 3, 'ghost', now(), now(), now()")
+    job2 = scenario.insert(STEP)
+    dead2 = scenario.insert(STEP, extra="'dead', 5, 3, 'ghost', now(), now(), now()")
     actions: list[tuple[str, dict[str, Any]]] = [
         ("enqueue_twice", {"key": "cap"}),
         ("enqueue_many", {"n": 3, "batch": 2}),
@@ -195,6 +206,8 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
         ("resume", {"names": ["default", "other"]}),
         ("cancel_selected", {"ids": [job]}),
         ("retry_selected", {"ids": [dead]}),
+        ("cancel_command", {"ids": [job2]}),
+        ("retry_command", {"ids": [dead2]}),
         ("run_jobs", {}),
         ("jobs_status", {}),
         ("prune_dry_run", {}),
@@ -232,17 +245,20 @@ def _rows_for(name: str) -> list[Row]:
 def _coverage(name: str, callers: dict[str, str]) -> str | None:
     """How the matrix covers a statement issued at run time; None: it does not."""
     rows = _rows_for(name)
-    if rows:
-        return "rows: " + "; ".join(r.label for r in rows)
+    exact = [r for r in rows if r.statement == name]
+    if exact:
+        return "rows: " + "; ".join(r.label for r in exact)
     if name in NOT_RUNTIME:
         return NOT_RUNTIME[name]
     if name.startswith("other:"):
-        return "not on a pgjobs table (Django's own: sessions, auth, savepoints)"
-    if all(is_read_only(text) for text in callers.values()):
-        by_rows = sorted({READ_ROW_ACTIONS[c] for c in callers if c in READ_ROW_ACTIONS})
-        if set(callers) <= set(READ_ROW_ACTIONS):
-            return "read-only: " + "; ".join(by_rows)
-        return None
+        return "not on a pgjobs table (Django's own: sessions, auth, savepoints, checks)"
+    if all(is_read_only(text) for text in callers.values()) and set(callers) <= set(
+        READ_ROW_ACTIONS
+    ):
+        by_rows = sorted({READ_ROW_ACTIONS[c] for c in callers})
+        return "read-only, every read of its callers: " + "; ".join(by_rows)
+    if rows:  # a pattern row (ORM): every shape of that verb on that table
+        return "rows (pattern): " + "; ".join(r.label for r in rows)
     return None
 
 
