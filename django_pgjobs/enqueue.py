@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -421,10 +421,31 @@ def enqueue_batch(
             run_at = cursor.fetchone()[0]
         if with_run_at:  # last, as each row gets it last below
             columns += ", run_at"
-        raw = cursor.cursor
+        if with_run_at:
+            rows = [(*row, run_at) for row in rows]
         for start in range(0, len(rows), BULK_BATCH):
-            with raw.copy(f"COPY {sql.JOB} ({columns}) FROM STDIN") as copy:
-                for row in rows[start : start + BULK_BATCH]:
-                    copy.write_row((*row, run_at) if with_run_at else row)
+            _copy_rows(
+                cursor, f"COPY {sql.JOB} ({columns}) FROM STDIN", rows[start : start + BULK_BATCH]
+            )
         cursor.execute(sql.JOB_NOTIFY, [opts["queue"]])
     return len(rows)
+
+
+def _copy_rows(cursor: Any, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``COPY ... FROM STDIN`` of ``rows``, through the connection's ``execute_wrappers``
+    as ``executemany`` would go (``many=True``, the rows as its params).
+
+    psycopg's copy API bypasses Django's wrappers; this way instrumentation, and the
+    fault suite's injector (tests/faults/injector.py), see the bulk insert too.
+    """
+    db = cursor.db
+
+    def copy_executor(text: str, params: Any, many: bool, context: dict[str, Any]) -> None:
+        with cursor.cursor.copy(text) as copy:
+            for row in params:
+                copy.write_row(row)
+
+    executor: Callable[..., Any] = copy_executor
+    for wrapper in reversed(db.execute_wrappers):  # the order Django applies them in
+        executor = functools.partial(wrapper, executor)
+    executor(statement, rows, True, {"connection": db, "cursor": cursor})

@@ -518,6 +518,7 @@ SELECT name, paused, max_running, rate FROM {QUEUE}
 # Fenced writes about claimed jobs
 # ---------------------------------------------------------------------------
 
+
 # Rows looked up BY ID test their status through by_id_is(...): ``status = 'running'
 # COLLATE "C"``. Same truth (equality does not depend on the collation), but it no
 # longer matches the predicate of the partial indexes (running_idx: status =
@@ -532,7 +533,6 @@ SELECT name, paused, max_running, rate FROM {QUEUE}
 # 2,000 jobs/s instead of 10,000. tests/test_perf_plans.py pins the plans.
 def by_id_is(status: str, column: str = "status") -> str:
     return f"{column} = '{status}' COLLATE \"C\""
-
 
 
 def _lock_ours(source: str) -> str:

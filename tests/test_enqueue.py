@@ -87,6 +87,41 @@ def test_enqueue_many_inserts_all_rows_with_options() -> None:
     assert noop.enqueue_many([]) == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many_copy_goes_through_execute_wrappers(monkeypatch: Any) -> None:
+    """Instrumentation installed with ``connection.execute_wrapper`` sees each COPY
+    batch (as an ``executemany``), and may fail it: then nothing is written."""
+    from django_pgjobs import enqueue
+
+    monkeypatch.setattr(enqueue, "BULK_BATCH", 2)
+    seen: list[tuple[str, int, bool]] = []
+
+    def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith("COPY"):
+            seen.append((sql, len(params), many))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        assert add.enqueue_many([(1, 2), (3, 4), (5, 6)]) == 3
+    assert [(n, many) for _, n, many in seen] == [(2, True), (1, True)]
+    assert all(sql.startswith("COPY django_pgjobs_job (task,") for sql, _, _ in seen)
+    assert Job.objects.filter(task=add.name).count() == 3
+
+    def fail_second_copy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith("COPY") and len(seen) == 3:
+            raise RuntimeError("refused by the wrapper")
+        if sql.startswith("COPY"):
+            seen.append((sql, len(params), many))
+        return execute(sql, params, many, context)
+
+    with (
+        connection.execute_wrapper(fail_second_copy),
+        pytest.raises(RuntimeError, match="refused"),
+    ):
+        add.enqueue_many([(7, 8), (9, 10), (11, 12)])
+    assert Job.objects.filter(task=add.name).count() == 3
+
+
 def test_idempotency_key_returns_existing_job_and_writes_nothing() -> None:
     first = add.using(idempotency_key="order:1").enqueue(1, 2)
     second = add.using(idempotency_key="order:1").enqueue(100, 200)

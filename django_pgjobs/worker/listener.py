@@ -11,6 +11,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -22,6 +23,11 @@ logger = logging.getLogger("django_pgjobs")
 
 
 class Listener(threading.Thread):
+    #: The class the LISTEN connection is made of. A ``psycopg.Connection`` subclass
+    #: may be set here to observe its calls (the fault suite's injector does:
+    #: tests/faults/injector.py); Django's ``execute_wrappers`` never see this one.
+    connection_class: type[psycopg.Connection[Any]] = psycopg.Connection
+
     def __init__(self, alias: str, on_notify: Callable[[str], None], stop: threading.Event):
         super().__init__(name="pgjobs-listener", daemon=True)
         self.alias = alias
@@ -29,15 +35,15 @@ class Listener(threading.Thread):
         self.stop = stop
         self.connected = threading.Event()
 
-    def _connect(self) -> psycopg.Connection:
-        conn = psycopg.Connection.connect(**psycopg_params(self.alias), autocommit=True)
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = self.connection_class.connect(**psycopg_params(self.alias), autocommit=True)
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
 
     def run(self) -> None:
         backoff = Backoff("listen connection")
         while not self.stop.is_set():
-            conn: psycopg.Connection | None = None
+            conn: psycopg.Connection[Any] | None = None
             try:
                 conn = self._connect()
                 self.connected.set()

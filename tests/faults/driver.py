@@ -5,7 +5,8 @@
 "error": str | None, ...}``. Actions are what an application or an operator does:
 enqueue (with an idempotency key, retried once after an error as a caller should;
 also a ``unique_while`` job, through JOB_INSERT_FLOW),
-enqueue_many, pause/resume a queue, admin cancel / retry / pages, jobs_status, prune --dry-run,
+enqueue_many (``batch``: rows per COPY), pause/resume a queue (``pause_resume``:
+both, each retried once; ``pause`` / ``resume``: one attempt), admin cancel / retry / pages, jobs_status, prune --dry-run,
 ``testing.run_jobs``.
 """
 
@@ -91,6 +92,15 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
             else:
                 return {"ok": False, "error": errors}
         return {"ok": True, "error": errors or None}
+    if action in ("pause", "resume"):
+        # One attempt: the cell checks what the caller was told against the rows.
+        from django_pgjobs import pause_queue, resume_queue
+
+        call = pause_queue if action == "pause" else resume_queue
+        try:
+            return {"ok": True, "names": call(*arg["names"])}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if action == "enqueue_twice":
         ids = []
         for _ in range(2):
@@ -100,6 +110,10 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
                 return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "ids": ids}
         return {"ok": True, "ids": ids}
     if action == "enqueue_many":
+        if arg.get("batch"):  # several COPY statements in the one transaction
+            from django_pgjobs import enqueue
+
+            enqueue.BULK_BATCH = int(arg["batch"])
         try:
             n = fault_step.enqueue_many([() for _ in range(arg["n"])])
             return {"ok": True, "n": n}
@@ -109,6 +123,14 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         return _admin_action(
             {"cancel_selected": "cancel_jobs", "retry_selected": "retry_now"}[action], arg["ids"]
         )
+    if action in ("cancel_command", "retry_command"):
+        command = {"cancel_command": "cancel_jobs", "retry_command": "retry_jobs"}[action]
+        ids = ",".join(str(i) for i in arg["ids"])
+        try:
+            call_command(command, "--ids", ids, stdout=io.StringIO())
+            return {"ok": True}
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if action == "admin_pages":
         client = _admin_client()
         codes = [client.get(path).status_code for path in arg["paths"]]

@@ -8,8 +8,9 @@ thread. Production code has no hook: the test process patches Django's PostgreSQ
 
 A plan (JSON object):
 
-``statement``  name of the statement to fault (see :func:`statement_name`), or
-               ``"*read"``: every read-only statement; absent: log only;
+``statement``  name of the statement to fault (see :func:`statement_name`), a
+               pattern of names (``"orm:UPDATE queue*"``, :func:`fnmatch.fnmatchcase`),
+               or ``"*read"``: every read-only statement; absent: log only;
 ``mode``       ``raise``: fail before reaching the server; ``ambiguous``: run it
                (it commits in autocommit), then close the connection and raise, so
                the client cannot tell; ``terminate``: run it inside a transaction,
@@ -17,17 +18,30 @@ A plan (JSON object):
                while it sleeps, before COMMIT (the server rolls it back);
 ``skip``       matching calls to let through first (default 0);
 ``times``      how many calls to fault (default 1; 0 = all);
+``until``      a file: fault every matching call until it exists (a window of
+               failures, for the LISTEN connection: ``times`` is then ignored);
 ``linger``     ambiguous only: seconds between the commit and the error (a slow
                connection loss: other threads carry on meanwhile);
+``at_commit``  ambiguous only, for a statement inside a transaction: let it and the
+               rest of the transaction run, then lose the reply to its ``COMMIT``
+               (which committed) instead of dropping the connection mid-transaction;
 ``fired``      file to append one line to per injected fault;
 ``log``        file to append every statement's name to (coverage capture);
 ``texts``      file to append ``[name, text]`` of every statement to;
 ``signals``    file to append job_succeeded/failed/dead/fenced signals to.
+
+Two paths do not go through ``execute``: ``enqueue_many``'s ``COPY`` runs through the
+connection's ``execute_wrappers`` by itself (``enqueue._copy_rows``), so it is seen
+here as ``copy:job``; the worker's LISTEN connection is a plain psycopg connection of
+the class ``Listener.connection_class``, which the injector replaces (at the first
+Django connection) with a subclass that goes through it: ``listener:LISTEN``,
+``listener:wait`` (the notifies loop) and ``listener:keep-alive``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -112,6 +126,9 @@ def statement_name(sql_text: str) -> str:
         if pattern.match(text):
             return name
     tables = sorted(set(_TABLE.findall(text)))
+    if text.upper().startswith("COPY ") and tables:
+        # enqueue_many's bulk insert: one statement whatever its column list.
+        return "copy:" + "+".join(t.removeprefix("django_pgjobs_") for t in tables)
     shape = _IN_LIST.sub("IN (%s...)", text)
     digest = hashlib.sha1(shape.encode(), usedforsecurity=False).hexdigest()[:8]
     verb = text.split(" ", 1)[0].upper()
@@ -155,15 +172,36 @@ class Injector:
         if self.target == "*read":
             hit = is_read_only(sql_text) and not name.startswith("other:")
         else:
-            hit = name == self.target
+            hit = fnmatch.fnmatchcase(name, self.target)
         if not hit:
             return False
+        until = self.plan.get("until")
         with self.lock:
             self.seen += 1
-            if self.seen <= self.skip or (self.times and self.fired >= self.times):
+            if self.seen <= self.skip:
+                return False
+            if until:
+                if os.path.exists(until):
+                    return False
+            elif self.times and self.fired >= self.times:
                 return False
             self.fired += 1
             return True
+
+    def _record_fired(self, name: str, **extra: Any) -> None:
+        self._append(
+            "fired",
+            json.dumps(
+                {
+                    "statement": name,
+                    "mode": self.mode,
+                    "pid": os.getpid(),
+                    "thread": threading.current_thread().name,
+                    "at": time.time(),
+                    **extra,
+                }
+            ),
+        )
 
     def __call__(
         self,
@@ -179,17 +217,7 @@ class Injector:
             self._append("texts", json.dumps([name, sql_text]))
         if not self._should_fire(name, sql_text):
             return execute(sql_text, params, many, context)
-        self._append(
-            "fired",
-            json.dumps(
-                {
-                    "statement": name,
-                    "mode": self.mode,
-                    "pid": os.getpid(),
-                    "thread": threading.current_thread().name,
-                }
-            ),
-        )
+        self._record_fired(name)
         return getattr(self, f"_{self.mode}")(execute, sql_text, params, many, context)
 
     # -- the three faults -------------------------------------------------------
@@ -214,9 +242,15 @@ class Injector:
     ) -> Any:
         from django.db import OperationalError
 
+        db = context["connection"]
+        if self.plan.get("at_commit") and not db.get_autocommit():
+            # Inside a transaction: the rest of it runs and its COMMIT lands; the reply
+            # to the COMMIT is lost (see _patch_wrapper_class).
+            result = execute(sql_text, params, many, context)
+            db._pgjobs_lose_commit_reply = True
+            return result
         execute(sql_text, params, many, context)  # in autocommit: committed now
         time.sleep(float(self.plan.get("linger", 0)))
-        db = context["connection"]
         db.errors_occurred = True
         with contextlib.suppress(Exception):  # the connection may be half broken already
             db.connection.close()
@@ -281,25 +315,159 @@ def _terminate_when_sleeping(params: dict[str, Any], pid: int) -> None:
             time.sleep(0.01)
 
 
+def _listener_name(query: Any) -> str:
+    text = _normal(str(query)).upper()
+    if text.startswith("LISTEN "):
+        return "listener:LISTEN"
+    if text == "SELECT 1":
+        return "listener:keep-alive"
+    return "listener:other " + hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+def _listen_fault(message: str) -> Exception:
+    import psycopg
+
+    return psycopg.OperationalError(f"pgjobs fault injection (LISTEN connection): {message}")
+
+
+def _kill_backend(dsn: str, pid: int) -> None:
+    """Terminate backend ``pid`` from a second connection, as an operator (or a
+    failover) would; its client finds out on its next read."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+def _make_listen_connection_class() -> type:
+    import psycopg
+
+    class ListenConnection(psycopg.Connection[Any]):
+        """The worker's LISTEN connection with the injector on its three calls:
+        ``LISTEN``, the notifies loop (``listener:wait``) and the keep-alive."""
+
+        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+            injector = _INJECTOR
+            name = _listener_name(query)
+            if injector is None:
+                return super().execute(query, *args, **kwargs)
+            injector._append("log", name)
+            if injector.plan.get("texts"):
+                injector._append("texts", json.dumps([name, str(query)]))
+            if not injector._should_fire(name, str(query)):
+                return super().execute(query, *args, **kwargs)
+            injector._record_fired(name, backend_pid=self.info.backend_pid)
+            if injector.mode == "raise":
+                raise _listen_fault("the statement failed before reaching the server")
+            result = super().execute(query, *args, **kwargs)
+            if injector.mode == "ambiguous":
+                self.close()
+                raise _listen_fault("server closed the connection before the reply")
+            _kill_backend(self.info.dsn, self.info.backend_pid)
+            super().execute("SELECT 1")  # raises: the backend is gone
+            del result
+            raise AssertionError("pg_terminate_backend did not end the LISTEN session")
+
+        def notifies(self, **kwargs: Any) -> Any:
+            injector = _INJECTOR
+            name = "listener:wait"
+            if injector is None:
+                yield from super().notifies(**kwargs)
+                return
+            injector._append("log", name)
+            if injector.plan.get("texts"):
+                injector._append("texts", json.dumps([name, "(wait for notifications)"]))
+            if injector.mode in ("raise", "terminate") and injector._should_fire(name, ""):
+                injector._record_fired(name, backend_pid=self.info.backend_pid)
+                if injector.mode == "raise":
+                    raise _listen_fault("the wait failed before reaching the server")
+                # Killed while it waits: the wait itself must notice.
+                args = (self.info.dsn, self.info.backend_pid)
+                threading.Timer(0.2, _kill_backend, args=args).start()
+                yield from super().notifies(**kwargs)
+                return
+            inner = super().notifies(**kwargs)
+            for note in inner:
+                if injector.mode == "ambiguous" and injector._should_fire(name, ""):
+                    # The notification reached the client's socket; the client loses
+                    # it with the connection.
+                    injector._record_fired(
+                        name, backend_pid=self.info.backend_pid, lost=note.payload
+                    )
+                    inner.close()
+                    self.close()
+                    raise _listen_fault(f"connection lost with notification {note.payload!r}")
+                yield note
+
+    return ListenConnection
+
+
 _INJECTOR: Injector | None = None
 
 
 def _patch_wrapper_class() -> None:
     """Every Django connection object gets the wrapper from birth, on every thread
-    (``sql.hot_cursor`` takes Django's ordinary cursor when wrappers are installed)."""
+    (``sql.hot_cursor`` takes Django's ordinary cursor when wrappers are installed);
+    its ``_commit`` loses the reply of a COMMIT an ``at_commit`` fault marked."""
     from django.db.backends.postgresql.base import DatabaseWrapper
 
     original = DatabaseWrapper.__init__
+    # (private methods of Django's base wrapper: setattr/getattr keep mypy quiet)
+    original_commit = getattr(DatabaseWrapper, "_commit")  # noqa: B009
+    original_rollback = getattr(DatabaseWrapper, "_rollback")  # noqa: B009
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         self.execute_wrappers.append(_INJECTOR)
 
+    def _commit(self: Any) -> Any:
+        from django.db import OperationalError
+
+        lose, self._pgjobs_lose_commit_reply = (
+            getattr(self, "_pgjobs_lose_commit_reply", False),
+            False,
+        )
+        result = original_commit(self)
+        if not lose:
+            return result
+        assert _INJECTOR is not None
+        time.sleep(float(_INJECTOR.plan.get("linger", 0)))
+        self.errors_occurred = True
+        with contextlib.suppress(Exception):  # closing a connection we are breaking anyway
+            self.connection.close()
+        raise OperationalError(
+            "pgjobs fault injection: server closed the connection before the reply "
+            "to COMMIT (the transaction committed)"
+        )
+
+    def _rollback(self: Any) -> Any:
+        self._pgjobs_lose_commit_reply = False
+        return original_rollback(self)
+
     DatabaseWrapper.__init__ = __init__  # type: ignore[method-assign]
+    setattr(DatabaseWrapper, "_commit", _commit)  # noqa: B010
+    setattr(DatabaseWrapper, "_rollback", _rollback)  # noqa: B010
 
 
 def _on_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     _connect_signals()
+    _patch_listener()
+
+
+_LISTENER_DONE = False
+
+
+def _patch_listener() -> None:
+    """The worker's LISTEN connection gets :class:`ListenConnection` (done at the first
+    Django connection: the apps are loaded then, and a worker registers itself before
+    its listener starts)."""
+    global _LISTENER_DONE
+    if _LISTENER_DONE:
+        return
+    _LISTENER_DONE = True
+    from django_pgjobs.worker.listener import Listener
+
+    Listener.connection_class = _make_listen_connection_class()
 
 
 _SIGNALS_DONE = False

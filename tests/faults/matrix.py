@@ -11,6 +11,7 @@ concurrency 1 so completion batches hold one job each) keep a cell to seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -41,7 +42,32 @@ INVARIANTS = (
     ("not_wedged", "no queue wedged (a fresh job completes)"),
     ("no_false_fence", "no false job_fenced"),
     ("one_success_signal", "every completed job got exactly one success signal"),
+    (
+        "all_or_nothing",
+        "enqueue_many and pause/resume: every row written or none, and the caller got an"
+        " error (the rows are there, once, only when the COMMIT landed)",
+    ),
+    (
+        "honoured",
+        "pause/resume: workers honour the committed state (a job of a paused queue waits,"
+        " of a resumed one runs)",
+    ),
+    (
+        "listener",
+        "LISTEN connection: the worker claims while it fails, and a NOTIFY wakes the worker"
+        " again once it recovered",
+    ),
 )
+#: The queues a pause/resume cell changes in one call (a half-written call would
+#: leave them different).
+PAUSED = ("default", "other")
+#: The listener cells' poll interval: long enough that a job completing within
+#: NOTIFY_DEADLINE of its NOTIFY was woken by it, not by the poll.
+LISTENER_POLL = 4.0
+NOTIFY_DEADLINE = 1.5
+#: A pause or resume reaches the workers at once by NOTIFY, else within POLL_INTERVAL.
+PROPAGATION = 1.0
+HONOUR_WINDOW = 1.5
 
 
 @dataclass(frozen=True)
@@ -49,8 +75,10 @@ class Row:
     """One statement as one caller issues it."""
 
     label: str
-    statement: str  # "sql.NAME", "skew.NAME", "orm:..." or "*read" (every read)
-    kind: str  # worker | shutdown | cron | driver
+    # "sql.NAME", "skew.NAME", "copy:job", "listener:...", "orm:VERB table*" (a
+    # pattern: every shape of that verb on that table) or "*read" (every read)
+    statement: str
+    kind: str  # worker | shutdown | cron | driver | timeout | exhausted | queue | listener
     skip: int = 0  # matching calls let through before the fault
     args: tuple[str, ...] = ()
     action: str = ""  # driver action
@@ -59,6 +87,9 @@ class Row:
     linger: float = 0.0  # ambiguous: seconds between the commit and the error
     setup: str = ""  # flow workload: unknown | unknown_dead | max_running | rate | keyed
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
+    # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
+    # of the connection dropping before the COMMIT)
+    at_commit: bool = False
 
     @property
     def id(self) -> str:
@@ -171,6 +202,77 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("enqueue: existing key", "sql.JOB_BY_KEY", "driver", action="enqueue_twice"),
     Row("enqueue_many: notify after COPY", "sql.JOB_NOTIFY", "driver", action="enqueue_many"),
+    # The COPY runs through the connection's execute_wrappers (enqueue._copy_rows).
+    Row(
+        "enqueue_many: COPY (reply to COMMIT lost)",
+        "copy:job",
+        "driver",
+        action="enqueue_many",
+        at_commit=True,
+    ),
+    Row(
+        "enqueue_many: 2nd of 3 COPY batches (reply to COMMIT lost)",
+        "copy:job",
+        "driver",
+        action="enqueue_many_batches",
+        skip=1,
+        at_commit=True,
+    ),
+    # pause_queue / resume_queue of two queues in one call (flow.py; the management
+    # commands and the queue admin's actions call these): ORM rows name a pattern.
+    Row(
+        "pause_queue: lock a queue row (SELECT FOR UPDATE)",
+        "orm:SELECT queue*",
+        "queue",
+        action="pause",
+        setup="rows",
+        at_commit=True,
+    ),
+    Row(
+        "pause_queue: create the 2nd queue row",
+        "orm:INSERT queue*",
+        "queue",
+        action="pause",
+        skip=1,
+        at_commit=True,
+    ),
+    Row(
+        "pause_queue: update the 2nd queue row",
+        "orm:UPDATE queue*",
+        "queue",
+        action="pause",
+        setup="rows",
+        skip=1,
+        at_commit=True,
+    ),
+    Row(
+        "pause_queue: queue-change notify",
+        "sql.JOB_NOTIFY",
+        "queue",
+        action="pause",
+        setup="rows",
+        at_commit=True,
+    ),
+    Row(
+        "resume_queue: update a queue row",
+        "orm:UPDATE queue*",
+        "queue",
+        action="resume",
+        at_commit=True,
+    ),
+    Row(
+        "resume_queue: wake the 2nd queue's workers",
+        "sql.JOB_NOTIFY",
+        "queue",
+        action="resume",
+        skip=2,
+        at_commit=True,
+    ),
+    # The worker's LISTEN connection (worker/listener.py), failing over and over for a
+    # while (until the cell heals it).
+    Row("listener: LISTEN", "listener:LISTEN", "listener"),
+    Row("listener: wait for notifications", "listener:wait", "listener"),
+    Row("listener: keep-alive", "listener:keep-alive", "listener"),
     # Fails resume_queue's first notify (pause_queue's is let through): a queue left
     # paused would leave the fresh job pending.
     Row(
@@ -182,10 +284,24 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("admin: cancel", "sql.JOB_CANCEL", "driver", action="cancel_selected"),
     Row("admin: retry", "sql.JOB_RETRY_NOW", "driver", action="retry_selected"),
+    Row(
+        "admin: retry's lock on unique keys",
+        "sql.RETRY_KEY_LOCK",
+        "driver",
+        action="retry_selected",
+        at_commit=True,
+    ),
+    Row("admin: cancel, every read", "*read", "driver", action="cancel_selected", times=0),
+    Row("admin: retry, every read", "*read", "driver", action="retry_selected", times=0),
+    Row("cancel_jobs: cancel", "sql.JOB_CANCEL", "driver", action="cancel_command"),
+    Row("cancel_jobs: every read", "*read", "driver", action="cancel_command", times=0),
+    Row("retry_jobs: retry", "sql.JOB_RETRY_NOW", "driver", action="retry_command"),
+    Row("retry_jobs: every read", "*read", "driver", action="retry_command", times=0),
     Row("run_jobs: claim", "sql.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
     Row("run_jobs: complete", "sql.JOB_COMPLETE_MANY", "driver", action="run_jobs"),
     Row("run_jobs: retry", "sql.JOB_RETRY", "driver", action="run_jobs"),
     Row("run_jobs: dead-letter", "sql.JOB_DEAD", "driver", action="run_jobs"),
+    Row("run_jobs: every read", "*read", "driver", action="run_jobs", times=0),
     Row(
         "Tasks backend: enqueue (retried once)",
         "sql.JOB_INSERT",
@@ -239,20 +355,25 @@ class Scenario:
     def fired_path(self) -> Path:
         return self.tmp / "fired.jsonl"
 
+    @property
+    def heal_path(self) -> Path:
+        """Listener cells: the fault repeats until this file exists."""
+        return self.tmp / "heal"
+
     def write_plan(self) -> None:
-        self.plan_path.write_text(
-            json.dumps(
-                {
-                    "statement": self.row.statement,
-                    "mode": self.mode,
-                    "skip": self.row.skip,
-                    "times": self.row.times,
-                    "linger": self.row.linger,
-                    "fired": str(self.fired_path),
-                    "signals": str(self.signals_path),
-                }
-            )
-        )
+        plan: dict[str, Any] = {
+            "statement": self.row.statement,
+            "mode": self.mode,
+            "skip": self.row.skip,
+            "times": self.row.times,
+            "linger": self.row.linger,
+            "at_commit": self.row.at_commit,
+            "fired": str(self.fired_path),
+            "signals": str(self.signals_path),
+        }
+        if self.row.kind == "listener":
+            plan["until"] = str(self.heal_path)
+        self.plan_path.write_text(json.dumps(plan))
 
     def clean_plan(self) -> Path:
         """A plan that only records signals (for the clean processes)."""
@@ -439,9 +560,11 @@ class Scenario:
 
     # -- invariants ------------------------------------------------------------------
 
-    def check(self, *, not_wedged: bool) -> dict[str, str]:
-        """Each invariant: "ok" or what broke it."""
-        out: dict[str, str] = {}
+    def check(self, *, not_wedged: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Each invariant: "ok" or what broke it (``extra``: the row kind's own, the
+        others of INVARIANTS are "ok" where they do not apply)."""
+        out: dict[str, str] = {"all_or_nothing": "ok", "honoured": "ok", "listener": "ok"}
+        out.update(extra or {})
         out["fired"] = "ok" if self.fired() else "the statement was never issued"
         rows = {
             r[0]: r
@@ -609,9 +732,11 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
         arg = {"key": "driver-key"}
     elif action == "enqueue_many":
         arg = {"n": 3}
-    elif action == "cancel_selected":
+    elif action == "enqueue_many_batches":
+        action, arg = "enqueue_many", {"n": 5, "batch": 2}
+    elif action in ("cancel_selected", "cancel_command"):
         arg = {"ids": [s.insert(STEP, allowed=("cancelled", "completed"))]}
-    elif action == "retry_selected":
+    elif action in ("retry_selected", "retry_command"):
         dead = s.insert(
             STEP, allowed=("completed", "dead"), extra="'dead', 5, 3, 'ghost', now(), now(), now()"
         )
@@ -639,19 +764,181 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
     for job_id in [s.driver_result.get("id"), *s.driver_result.get("ids", [])]:
         if job_id:
             s.expected[int(job_id)] = ("completed",)
+    extra: dict[str, str] = {}
     if action.startswith("enqueue"):
         for (job_id,) in s.db.execute("SELECT id FROM django_pgjobs_job").fetchall():
             s.expected.setdefault(job_id, ("completed",))
-        if action == "enqueue_many" and s.driver_result.get("ok"):
-            n = s.db.execute("SELECT count(*) FROM django_pgjobs_job").fetchone()[0]
-            if n != 3:
-                s.notes.append(f"enqueue_many said ok but {n} rows exist")
-                s.expected[-1] = ("present",)  # forces not_lost to fail
+        if action == "enqueue_many":
+            extra["all_or_nothing"] = _bulk_outcome(s, arg["n"])
     clean = s.start_worker(plan=s.clean_plan())
     s.settle()
     fresh = s.fresh_job_completes()
     stop(s, clean)
-    return s.check(not_wedged=fresh)
+    return s.check(not_wedged=fresh, extra=extra)
+
+
+def _bulk_outcome(s: Scenario, n: int) -> str:
+    """enqueue_many: all n rows or none, and the caller got an error (a fault fired).
+    The rows are there only when the COMMIT landed (an ambiguous ``at_commit`` fault)."""
+    count = s.db.execute("SELECT count(*) FROM django_pgjobs_job").fetchone()[0]
+    committed = s.mode == "ambiguous" and s.row.at_commit
+    problems = []
+    if count != (n if committed else 0):
+        problems.append(f"{count} of {n} rows exist (expected {n if committed else 0})")
+    if s.driver_result.get("ok"):
+        problems.append(f"the caller was told it succeeded ({s.driver_result})")
+    return "ok" if not problems else "; ".join(problems)
+
+
+def _queue_states(s: Scenario) -> dict[str, bool]:
+    rows = dict(
+        s.db.execute(
+            "SELECT name, paused FROM django_pgjobs_queue WHERE name = ANY(%s)", [list(PAUSED)]
+        ).fetchall()
+    )
+    return {name: bool(rows.get(name, False)) for name in PAUSED}
+
+
+def _stays_pending(s: Scenario, job_id: int, seconds: float) -> bool:
+    """True if the job is still pending after ``seconds`` (checked all along)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if s.status(job_id) != "pending":
+            return False
+        time.sleep(0.1)
+    return s.status(job_id) == "pending"
+
+
+def run_queue_cell(s: Scenario) -> dict[str, str]:
+    """pause_queue / resume_queue of two queues, one attempt, with a worker running:
+    both queues end in the old state (the caller got an error) or both in the new one
+    (the COMMIT landed: an error too, its reply was lost); the worker honours it."""
+    pausing = s.row.action == "pause"
+    before = not pausing
+    if s.row.setup == "rows" or not pausing:
+        for name in PAUSED:
+            s.db.execute(
+                "INSERT INTO django_pgjobs_queue (name, paused, updated_at) VALUES (%s, %s, now())",
+                [name, before],
+            )
+    first = s.insert(STEP)
+    s.write_plan()
+    worker = s.start_worker(plan=s.clean_plan())
+    honoured: list[str] = []
+    if before and not _stays_pending(s, first, HONOUR_WINDOW):
+        honoured.append(f"job {first} of a paused queue ran")
+    if not before and not s.settle():
+        honoured.append(f"job {first} of an active queue did not run")
+    s.driver_result = s.run_driver(s.row.action, {"names": list(PAUSED)}, s.plan_path)
+    s.notes.append(f"driver: {s.driver_result}")
+    states = _queue_states(s)
+    committed = s.mode == "ambiguous" and s.row.at_commit
+    want = (not before) if committed else before
+    problems = []
+    if set(states.values()) != {want}:
+        problems.append(f"queues paused: {states} (expected all {want})")
+    if s.driver_result.get("ok"):
+        problems.append(f"the caller was told it succeeded ({s.driver_result})")
+    # The committed state reaches the worker (NOTIFY, else within POLL_INTERVAL) ...
+    time.sleep(PROPAGATION)
+    second = s.insert(STEP)
+    s.db.execute("SELECT pg_notify('pgjobs', 'default')")
+    paused_now = any(states.values())
+    if paused_now:
+        if not _stays_pending(s, second, HONOUR_WINDOW):
+            honoured.append(f"job {second} ran while its queue is paused")
+        # ... and an operator's clean resume lets every job run.
+        clean = s.run_driver("resume", {"names": list(PAUSED)}, s.clean_plan())
+        if not clean.get("ok"):
+            honoured.append(f"clean resume failed: {clean}")
+    s.settle()
+    fresh = s.fresh_job_completes()
+    stop(s, worker)
+    return s.check(
+        not_wedged=fresh,
+        extra={
+            "all_or_nothing": "ok" if not problems else "; ".join(problems),
+            "honoured": "ok" if not honoured else "; ".join(honoured),
+        },
+    )
+
+
+def _listener_up_since(s: Scenario, since: float) -> bool:
+    """A LISTEN session opened after ``since`` (unix time: the last fault) is connected
+    (one opened before it and never faulted since counts too: a fault of the "wait"
+    row's ambiguous kind fires only when a notification arrives)."""
+    row = s.db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND query IN ('LISTEN pgjobs', 'SELECT 1')"
+        " AND backend_start > to_timestamp(%s)",
+        [since],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _completes_within(s: Scenario, job_id: int, seconds: float) -> bool:
+    try:
+        wait_until(
+            lambda: s.status(job_id) == "completed",
+            timeout=seconds,
+            interval=0.05,
+            message=f"job {job_id} completed",
+        )
+        return True
+    except AssertionError:
+        return False
+
+
+def run_listener_cell(s: Scenario) -> dict[str, str]:
+    """The LISTEN connection fails at every call of the row's kind until the cell heals
+    it: meanwhile a job is still claimed (the poll, or the wake-up after each
+    reconnect); after it reconnects, a NOTIFY wakes the worker long before its poll."""
+    s.write_plan()
+    worker = s.start_worker("--poll-interval", str(LISTENER_POLL))
+    broken: list[str] = []
+    # A job while the listener fails (its NOTIFY is what the "wait" row's ambiguous
+    # fault loses with the connection).
+    wait_until(
+        lambda: s.db.execute("SELECT count(*) FROM django_pgjobs_worker").fetchone()[0] > 0,
+        timeout=20,
+        message="worker registered",
+    )
+    during = s.insert(STEP)
+
+    def notified_and_fired() -> bool:
+        # A NOTIFY sent before the listener's first LISTEN reaches nobody: repeat it
+        # until the fault fired (the "wait" row's ambiguous fault needs one to arrive).
+        s.db.execute("SELECT pg_notify('pgjobs', 'default')")
+        return bool(s.fired())
+
+    with contextlib.suppress(AssertionError):  # reported by the "fired" invariant
+        wait_until(notified_and_fired, timeout=10, interval=0.2, message="fault fired")
+    if not _completes_within(s, during, LISTENER_POLL * 1.2 + 3):
+        broken.append(f"job {during} did not run while the LISTEN connection failed")
+    s.heal_path.touch()
+    # The last fault fired before the heal; the listener must be connected after it.
+    last_fault = max([f.get("at", 0.0) for f in s.fired()], default=time.time())
+    try:
+        wait_until(
+            lambda: _listener_up_since(s, last_fault), timeout=15, message="listener reconnected"
+        )
+    except AssertionError:
+        broken.append("the listener did not reconnect within 15 s of the fault's end")
+    # After a job completes the claim loop claims once more (a slot was freed) and
+    # then sleeps a whole poll interval (>= 0.8 x LISTENER_POLL): a job inserted
+    # shortly after, completed within NOTIFY_DEADLINE, was woken by its NOTIFY.
+    after = s.insert(STEP)
+    s.db.execute("SELECT pg_notify('pgjobs', 'default')")
+    if not _completes_within(s, after, LISTENER_POLL * 1.2 + 3):
+        broken.append(f"job {after} did not run after the listener recovered")
+    time.sleep(0.5)  # past the claim of the freed slot, well before the next poll
+    woken = s.insert(STEP)
+    s.db.execute("SELECT pg_notify('pgjobs', 'default')")
+    if not _completes_within(s, woken, NOTIFY_DEADLINE):
+        broken.append(f"job {woken} was not woken by its NOTIFY within {NOTIFY_DEADLINE} s")
+    fresh = s.fresh_job_completes()
+    stop(s, worker)
+    return s.check(not_wedged=fresh, extra={"listener": "ok" if not broken else "; ".join(broken)})
 
 
 def run_cell(s: Scenario) -> dict[str, str]:
@@ -662,6 +949,8 @@ def run_cell(s: Scenario) -> dict[str, str]:
         "driver": run_driver_cell,
         "timeout": run_timeout_cell,
         "exhausted": run_exhausted_cell,
+        "queue": run_queue_cell,
+        "listener": run_listener_cell,
     }[s.row.kind]
     started = time.monotonic()
     result = runner(s)
