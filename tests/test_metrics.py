@@ -264,8 +264,9 @@ def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.M
     import django_pgjobs
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    monkeypatch.delitem(sys.modules, "django_pgjobs.health.metrics")
-    monkeypatch.delattr(django_pgjobs, "metrics")
+    monkeypatch.delitem(sys.modules, "django_pgjobs.health.metrics", raising=False)
+    # Whether these are set depends on which tests ran before in this process (xdist).
+    monkeypatch.delattr(django_pgjobs, "metrics", raising=False)
     job = add.enqueue(1, 1)
     with pytest.raises(CommandError, match=r"prometheus_client.*django-pgjobs\[metrics\]"):
         call_command("runjobs", "--metrics-port", "0", "--burst")
