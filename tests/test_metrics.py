@@ -261,11 +261,14 @@ def test_bad_metrics_port_is_a_clear_error_naming_the_option() -> None:
 
 @pytest.mark.django_db
 def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_pgjobs import health
+    import django_pgjobs.health
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    monkeypatch.delitem(sys.modules, "django_pgjobs.health.metrics")
-    monkeypatch.delattr(health, "metrics")
+    # Forget the module wherever an earlier test in this process imported it (the
+    # order differs under xdist): sys.modules and the package's attribute, which
+    # `from django_pgjobs.health import metrics` would otherwise return as is.
+    monkeypatch.delitem(sys.modules, "django_pgjobs.health.metrics", raising=False)
+    monkeypatch.delattr(django_pgjobs.health, "metrics", raising=False)
     job = add.enqueue(1, 1)
     with pytest.raises(CommandError, match=r"prometheus_client.*django-pgjobs\[metrics\]"):
         call_command("runjobs", "--metrics-port", "0", "--burst")
