@@ -51,6 +51,26 @@ def _json_text(value: list[Any] | dict[str, Any]) -> str:
     return json.dumps(value)
 
 
+def _checked_json(
+    definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[str, str]:
+    """The arguments checked against the signature, encoded, and checked against
+    ``MAX_ARGS_BYTES``: what every enqueue path does before it writes a row."""
+    check_arguments(
+        definition.func, definition.name, args, kwargs, takes_context=definition.takes_context
+    )
+    args_text, kwargs_text = _json_text(args), _json_text(kwargs)
+    check_size(
+        definition.func,
+        definition.name,
+        args,
+        kwargs,
+        len(args_text) + len(kwargs_text),
+        takes_context=definition.takes_context,
+    )
+    return args_text, kwargs_text
+
+
 def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
     from django_pgjobs.models import Job
 
@@ -161,22 +181,11 @@ def enqueue_one(
     using: str | None = None,
 ) -> Job:
     """Validate, then insert one job (or return the job that already owns its key)."""
-    check_arguments(
-        definition.func, definition.name, args, kwargs, takes_context=definition.takes_context
-    )
+    args_text, kwargs_text = _checked_json(definition, args, kwargs)
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
     _, job_by_key, _ = _columns()
     key = opts["idempotency_key"]
-    args_text, kwargs_text = _json_text(args), _json_text(kwargs)
-    check_size(
-        definition.func,
-        definition.name,
-        args,
-        kwargs,
-        len(args_text) + len(kwargs_text),
-        takes_context=definition.takes_context,
-    )
     if (
         definition.concurrency_key is not None
         or definition.unique_while is not None
@@ -363,22 +372,7 @@ def enqueue_batch(
     for index, item in enumerate(calls):
         args, kwargs = _split_call(item, definition.name, index)
         try:
-            check_arguments(
-                definition.func,
-                definition.name,
-                args,
-                kwargs,
-                takes_context=definition.takes_context,
-            )
-            args_text, kwargs_text = _json_text(args), _json_text(kwargs)
-            check_size(
-                definition.func,
-                definition.name,
-                args,
-                kwargs,
-                len(args_text) + len(kwargs_text),
-                takes_context=definition.takes_context,
-            )
+            args_text, kwargs_text = _checked_json(definition, args, kwargs)
             row: tuple[Any, ...] = (
                 definition.name,
                 opts["queue"],

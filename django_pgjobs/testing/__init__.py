@@ -71,15 +71,7 @@ def run_jobs(
         if not claimed:
             break
         job = claimed[0]
-        signals.send(
-            signals.job_started,
-            job_id=job.id,
-            task=job.task,
-            queue=job.queue,
-            attempt=job.attempt,
-            lease=job.lease,
-            worker=worker,
-        )
+        signals.send(signals.job_started, **outcomes.signal_args(job, worker))
         outcome = execute(job, worker=worker, alias=alias)
         ours = _write(connection, job, outcome)
         outcomes.report(job, outcome, ours=ours, worker=worker)

@@ -533,15 +533,7 @@ class Worker:
                     claimed.id,
                     claimed.task,
                 )
-                signals.send(
-                    signals.job_released,
-                    job_id=claimed.id,
-                    task=claimed.task,
-                    queue=claimed.queue,
-                    attempt=claimed.attempt,
-                    lease=claimed.lease,
-                    worker=self.id,
-                )
+                signals.send(signals.job_released, **outcomes.signal_args(claimed, self.id))
             else:
                 # A zombie's release: fenced like every other write, so say so.
                 self.counts["fenced"] += 1
@@ -560,15 +552,7 @@ class Worker:
                 entry.deadline = entry.started + entry.timeout
         claimed = entry.claimed
         if signals.job_started.receivers:
-            signals.send(
-                signals.job_started,
-                job_id=claimed.id,
-                task=claimed.task,
-                queue=claimed.queue,
-                attempt=claimed.attempt,
-                lease=claimed.lease,
-                worker=self.id,
-            )
+            signals.send(signals.job_started, **outcomes.signal_args(claimed, self.id))
         return True
 
     def _run_job(self, entry: InFlight) -> None:

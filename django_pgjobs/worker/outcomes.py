@@ -159,9 +159,9 @@ def report_fenced(
     )
 
 
-def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
-    """Log and signal what happened; never raises."""
-    base = {
+def signal_args(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
+    """What every job signal says about the job: the one place these are spelled out."""
+    return {
         "job_id": claimed.id,
         "task": claimed.task,
         "queue": claimed.queue,
@@ -169,6 +169,11 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
         "lease": claimed.lease,
         "worker": worker,
     }
+
+
+def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
+    """Log and signal what happened; never raises."""
+    base = signal_args(claimed, worker)
     extra = log_extra(claimed, worker)
     with _after_write_lock:
         callback = _after_write.pop((claimed.id, claimed.lease), None)
@@ -201,13 +206,8 @@ def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | 
     if outcome.extra.get("timed_out"):
         signals.send(
             signals.job_timed_out,
-            job_id=claimed.id,
-            task=claimed.task,
-            queue=claimed.queue,
-            attempt=claimed.attempt,
-            lease=claimed.lease,
-            worker=worker,
             retry_in=outcome.delay if outcome.kind == "retry" else None,
+            **base,
         )
     if outcome.kind == "dead":
         logger.error(
