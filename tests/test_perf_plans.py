@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from psycopg import sql as psycopg_sql
 
 from django_pgjobs import sql
 from django_pgjobs.worker.runners import JobRunners
@@ -213,14 +214,21 @@ def test_writes_by_id_use_the_primary_key_even_with_stale_statistics(name: str) 
     with connection.cursor() as cur:
         cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         numbered, names = _numbered(statement)
+        # EXECUTE is a utility statement: its arguments cannot be bound server-side
+        # (Django's server_side_binding), so they are rendered as literals here.
+        raw = connection.connection
+        arguments = psycopg_sql.SQL(", ").join(psycopg_sql.Literal(params[n]) for n in names)
         cur.execute(f"PREPARE by_id_plan AS {numbered}")
-        cur.execute(
-            "EXPLAIN (FORMAT JSON) EXECUTE by_id_plan (" + ", ".join(["%s"] * len(names)) + ")",
-            [params[n] for n in names],
-        )
-        value = cur.fetchone()[0]
+        try:
+            cur.execute(
+                "EXPLAIN (FORMAT JSON) EXECUTE by_id_plan ("
+                + arguments.as_string(raw).replace("%", "%%")
+                + ")"
+            )
+            value = cur.fetchone()[0]
+        finally:
+            cur.execute("DEALLOCATE by_id_plan")  # prepared statements outlive a rollback
         generic = value if isinstance(value, str) else json.dumps(value)
-        cur.execute("DEALLOCATE by_id_plan")
     for kind, plan in (("custom", custom), ("generic", generic)):
         for index in ("pgjobs_job_running_idx", "pgjobs_job_status_idx", "pgjobs_job_claim_idx"):
             assert index not in plan, f"{name} ({kind} plan) scans {index}: {plan}"
