@@ -531,8 +531,11 @@ SELECT name, paused, max_running, rate FROM {QUEUE}
 # passed through running (or, for the completed check, every completed row of the
 # history): measured 57-84 ms per 64-row completion batch on a 200,000-job drain,
 # 2,000 jobs/s instead of 10,000. tests/test_perf_plans.py pins the plans.
-def by_id_is(status: str, column: str = "status") -> str:
-    return f"{column} = '{status}' COLLATE \"C\""
+def by_id_is(*statuses: str, column: str = "status") -> str:
+    if len(statuses) == 1:
+        return f"{column} = '{statuses[0]}' COLLATE \"C\""
+    listed = ", ".join(f"'{status}'" for status in statuses)
+    return f'{column} COLLATE "C" IN ({listed})'
 
 
 def _lock_ours(source: str) -> str:
@@ -540,7 +543,7 @@ def _lock_ours(source: str) -> str:
     order: the shared first step of the heartbeat and the batched completion, so the
     two can never wait on each other in a cycle."""
     return f"""SELECT j.id FROM {JOB} j JOIN {source} ON j.id = {source}.id AND j.lease = {source}.lease
-     WHERE {by_id_is(JobStatus.RUNNING, "j.status")}
+     WHERE {by_id_is(JobStatus.RUNNING, column="j.status")}
      ORDER BY j.id
        FOR NO KEY UPDATE OF j"""
 
@@ -589,7 +592,7 @@ UNION ALL
 -- (its reply was lost, or the batch was retried after an error). The statement's
 -- snapshot predates ``done``, so a row is never counted twice.
 SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
- WHERE {by_id_is(JobStatus.COMPLETED, "j.status")}
+ WHERE {by_id_is(JobStatus.COMPLETED, column="j.status")}
 """
 
 
@@ -766,7 +769,7 @@ JOB_CANCEL = f"""
 WITH mine AS (
     SELECT id FROM {JOB}
      WHERE id = ANY(%(ids)s::bigint[])
-       AND status COLLATE "C" IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')
+       AND {by_id_is(JobStatus.PENDING, JobStatus.RUNNING)}
      ORDER BY id
        FOR NO KEY UPDATE
 )
