@@ -158,7 +158,7 @@ def test_run_jobs_redoes_a_completion_whose_reply_was_lost(
     received: dict[str, list[dict[str, Any]]],
 ) -> None:
     job = jobs.add.enqueue(2, 3)
-    with connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY)):
+    with connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY_REDO)):
         ran = run_jobs()
     assert [(r.id, r.status, r.value) for r in ran] == [(job.id, "completed", 5)]
     assert [r["job_id"] for r in received["succeeded"]] == [job.id]
@@ -171,7 +171,7 @@ def test_run_jobs_raises_a_clear_error_when_the_redo_fails_too(
 ) -> None:
     job = jobs.add.enqueue(2, 3)
     with (
-        connection.execute_wrapper(always_lose(sql.JOB_COMPLETE_MANY)),
+        connection.execute_wrapper(always_lose(sql.JOB_COMPLETE_MANY_REDO)),
         pytest.raises(PgJobsError, match=rf"completed outcome of job {job.id} .*redo"),
     ):
         run_jobs()
@@ -183,7 +183,7 @@ def test_run_jobs_inside_a_transaction_cannot_redo_and_says_so() -> None:
     with (
         pytest.raises(PgJobsError, match=rf"job {job.id} .*inside a transaction"),
         transaction.atomic(),
-        connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY)),
+        connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY_REDO)),
     ):
         run_jobs()
 

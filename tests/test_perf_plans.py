@@ -197,7 +197,7 @@ def _numbered(statement: str) -> tuple[str, list[str]]:
     return re.sub(r"%\((\w+)\)s", number, statement), names
 
 
-BY_ID = ["JOB_COMPLETE_MANY", "JOB_HEARTBEAT", "JOB_RETRY", "JOB_TIMED_OUT", "JOB_DEAD",
+BY_ID = ["JOB_COMPLETE_MANY", "JOB_COMPLETE_MANY_REDO", "JOB_HEARTBEAT", "JOB_RETRY", "JOB_TIMED_OUT", "JOB_DEAD",
          "JOB_RELEASE", "JOB_CANCEL"]  # fmt: skip
 
 

@@ -132,7 +132,8 @@ def test_hot_cursor_honours_execute_wrappers() -> None:
         claimed = sql.claim(connection, worker="w", queues=None, n=1)
         sql.complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
         jobs.noop.enqueue()
-    assert sql.JOB_CLAIM_ALL in seen and sql.JOB_COMPLETE_MANY in seen and sql.JOB_INSERT in seen
+    assert sql.JOB_CLAIM_ALL in seen and sql.JOB_COMPLETE_MANY_REDO in seen
+    assert sql.JOB_INSERT in seen
 
 
 def _prepared_names() -> set[str]:

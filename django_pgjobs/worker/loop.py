@@ -312,7 +312,7 @@ class Worker:
                 and self.claimed_count >= self.max_jobs
             ):
                 break
-            if 0 < want < self.min_claim and self.inflight:
+            if 0 < want < self._min_claim() and self.inflight:
                 want = self._gather_slots(want)
             got = 0
             if want > 0:
@@ -412,7 +412,8 @@ class Worker:
         """Saturated: wait up to GATHER_WAIT for ``min_claim`` free slots (a profile of
         no-op drains showed claims of 1-2 rows each, one round trip per job)."""
         deadline = time.monotonic() + GATHER_WAIT
-        while want < self.min_claim and not self._stop.is_set():
+        floor = self._min_claim()
+        while want < floor and not self._stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0 or not self.inflight:
                 break
@@ -421,15 +422,22 @@ class Worker:
             want = self._claimable()
         return want
 
+    def _min_claim(self) -> int:
+        return min(self.batch, max(self.min_claim, (self.concurrency + self._prefetch()) // 4))
+
     def _prefetch(self) -> int:
         """Jobs to hold beyond the free threads, so the next job starts without a
-        claim round trip: enough to cover one claim at the observed job time, at most
-        ``concurrency``; none until a job time has been observed, and about none
-        for slow jobs, so one worker does not hoard work others could start."""
+        claim round trip: what the threads finish in PREFETCH_COVER at the observed
+        job time, at most ``--batch``; none until a job time has been observed, and
+        about none for slow jobs, so one worker does not hoard work others could
+        start. Capped at ``--batch`` rather than ``concurrency``: for fast jobs the
+        claim's fixed cost is what matters, and claims of up to 100 rows instead of
+        32 took the plain no-op drain from ~23k to ~30k jobs/s
+        (docs/explanation/performance.md)."""
         job_time = self._job_time
         if job_time is None:
             return 0
-        return min(self.concurrency, int(self.concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
+        return min(self.batch, int(self.concurrency * PREFETCH_COVER / max(job_time, 1e-4)))
 
     def _async_prefetch(self) -> int:
         """The same for the event loop: prefetched coroutines wait on its semaphore and
@@ -713,19 +721,22 @@ class Worker:
         causes it fails alone."""
         todo = list(batch)
         per_row = False
+        first = True  # no try of this batch has run yet, so none can have committed
         while todo:
             try:
                 if per_row:
                     self._write_rows(connection, todo)
                 else:
-                    self._write_outcomes(connection, todo)
+                    self._write_outcomes(connection, todo, redo=not first)
                 backoff.succeeded()
             except CONNECTION_ERRORS as exc:
+                first = False
                 # Keep the rest: a completion is never dropped on a DB blip.
                 backoff.failed(exc)
                 connection.close()
                 time.sleep(backoff.delay())
             except BaseException as exc:  # a data error or a bad value
+                first = False
                 if per_row:
                     raise
                 logger.warning(
@@ -737,10 +748,13 @@ class Worker:
                 per_row = True
         self._wakeup.set()
 
-    def _write_outcomes(self, connection: Any, todo: list[tuple[InFlight, Outcome]]) -> None:
+    def _write_outcomes(
+        self, connection: Any, todo: list[tuple[InFlight, Outcome]], *, redo: bool = True
+    ) -> None:
         """Batched (``outcomes.write_batch``); removes and reports each as it is written."""
         items = list(todo)
-        for index, ok in outcomes.write_batch(connection, [(e.claimed, o) for e, o in items]):
+        pairs = [(e.claimed, o) for e, o in items]
+        for index, ok in outcomes.write_batch(connection, pairs, redo=redo):
             entry, outcome = items[index]
             todo.remove(items[index])
             self._reported(entry, outcome, ok)

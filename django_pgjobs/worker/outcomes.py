@@ -104,12 +104,17 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
 
 
 def write_batch(
-    connection: BaseDatabaseWrapper, items: Sequence[tuple[sql.Claimed, Outcome]]
+    connection: BaseDatabaseWrapper,
+    items: Sequence[tuple[sql.Claimed, Outcome]],
+    *,
+    redo: bool = True,
 ) -> Iterator[tuple[int, bool]]:
     """Write the outcomes of ``items``: every completion in ONE statement, the rest one
     by one. Yields ``(index in items, ours)`` as each write is decided, so a caller
     whose connection fails midway knows which ones are done (the statements
-    recognise their own committed writes, so redoing the rest is safe)."""
+    recognise their own committed writes, so redoing the rest is safe).
+    ``redo=False``: the first try of these items, so the completion need not look
+    for an earlier committed run of itself (``sql.JOB_COMPLETE_MANY``)."""
     to_complete = [
         i
         for i, (_, outcome) in enumerate(items)
@@ -120,6 +125,7 @@ def write_batch(
         ours = sql.complete_many(
             connection,
             [(items[i][0].id, items[i][0].lease, stored(items[i][1])) for i in to_complete],
+            redo=redo,
         )
     batched = set(to_complete)
     for i, (claimed, outcome) in enumerate(items):

@@ -110,7 +110,12 @@ ROWS: tuple[Row, ...] = (
         "worker",
         args=("--queues", "default,other"),
     ),
-    Row("worker: complete (atomic job, in its transaction)", "sql.JOB_COMPLETE_MANY", "worker"),
+    Row(
+        "worker: complete (atomic job, in its transaction)",
+        "sql.JOB_COMPLETE_MANY_REDO",
+        "worker",
+    ),
+    # The completer's first try; after a fault it redoes the batch with the _REDO form.
     Row("worker: complete (completer)", "sql.JOB_COMPLETE_MANY", "worker", skip=1),
     Row("worker: stored result of a key", "sql.RESULT_BY_KEY", "worker"),
     # The reply is lost for 1.5 s: long enough for the retried job to be claimed again
@@ -298,7 +303,7 @@ ROWS: tuple[Row, ...] = (
     Row("retry_jobs: retry", "sql.JOB_RETRY_NOW", "driver", action="retry_command"),
     Row("retry_jobs: every read", "*read", "driver", action="retry_command", times=0),
     Row("run_jobs: claim", "sql.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
-    Row("run_jobs: complete", "sql.JOB_COMPLETE_MANY", "driver", action="run_jobs"),
+    Row("run_jobs: complete", "sql.JOB_COMPLETE_MANY_REDO", "driver", action="run_jobs"),
     Row("run_jobs: retry", "sql.JOB_RETRY", "driver", action="run_jobs"),
     Row("run_jobs: dead-letter", "sql.JOB_DEAD", "driver", action="run_jobs"),
     Row("run_jobs: every read", "*read", "driver", action="run_jobs", times=0),
