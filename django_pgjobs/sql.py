@@ -538,17 +538,14 @@ def by_id_is(*statuses: str, column: str = "status") -> str:
     return f'{column} COLLATE "C" IN ({listed})'
 
 
-def _lock_ours(source: str, *, skip_locked: bool = False) -> str:
+def _lock_ours(source: str) -> str:
     """The running rows of ``source`` (id, lease) that are still ours, locked in id
     order: the shared first step of the heartbeat and the redo completion, so the
-    two can never wait on each other in a cycle. The heartbeat skips rows locked
-    by someone else (the completer's first try, the reaper, a cancel): they are
-    being written right now, and a heartbeat that never waits is in no cycle."""
-    skip = " SKIP LOCKED" if skip_locked else ""
+    two can never wait on each other in a cycle."""
     return f"""SELECT j.id FROM {JOB} j JOIN {source} ON j.id = {source}.id AND j.lease = {source}.lease
      WHERE {by_id_is(JobStatus.RUNNING, column="j.status")}
      ORDER BY j.id
-       FOR NO KEY UPDATE OF j{skip}"""
+       FOR NO KEY UPDATE OF j"""
 
 
 # Refresh the heartbeat of all of a worker's in-flight jobs in one statement.
@@ -558,7 +555,7 @@ JOB_HEARTBEAT = f"""
 WITH f AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS f(id, lease)
 ), mine AS (
-    {_lock_ours("f", skip_locked=True)}
+    {_lock_ours("f")}
 ), touched AS (
     -- asynchronous commit, as for claims: a lost heartbeat only ages the row
     UPDATE {JOB} AS j SET heartbeat_at = now() FROM mine, {ASYNC_COMMIT}
@@ -574,13 +571,13 @@ SELECT f.id FROM f LEFT JOIN {JOB} j ON j.id = f.id
 # job, so this insert takes no lock on job rows.
 #
 # Two forms. JOB_COMPLETE_MANY is the completer's first try of a batch, the hot
-# one: a plain UPDATE through the primary key (rows locked as the nested loop
-# meets them, in the id order the caller sorts them in; the heartbeat skips rows
-# locked by it, so the two never wait on each other). It cannot meet a write of
+# one: a plain UPDATE through the primary key, rows locked as the nested loop over
+# ``d`` meets them, so in the id order complete_many sorts them in — the order the
+# heartbeat locks in, so the two do not wait on each other in a cycle (were a plan
+# ever to lock otherwise, PostgreSQL would break the deadlock with an error, and
+# the completer redoes the batch with the redo form). It cannot meet a write of
 # its own that committed earlier, so it does not look for one. Compared with the
-# redo form it saves a row lock (a WAL record per row) and a second probe per row:
-# PostgreSQL CPU per no-op job fell from ~47 to ~36 us (docs/explanation/
-# performance.md).
+# redo form it saves a row lock (a WAL record per row) and a second probe per row.
 JOB_COMPLETE_MANY = f"""
 WITH d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])

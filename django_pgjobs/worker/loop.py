@@ -423,6 +423,8 @@ class Worker:
         return want
 
     def _min_claim(self) -> int:
+        """The smallest claim a busy worker makes: a quarter of its threads plus
+        prefetch (claims of a few rows each cost a round trip per job)."""
         return min(self.batch, max(self.min_claim, (self.concurrency + self._prefetch()) // 4))
 
     def _prefetch(self) -> int:
