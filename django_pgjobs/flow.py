@@ -201,6 +201,7 @@ class FlowState:
         *,
         refresh: float | None = None,
         known_only: bool = False,
+        notified: bool = False,
     ):
         self.queues = list(queues) if queues else None
         definitions = registry.all_definitions()
@@ -217,9 +218,27 @@ class FlowState:
         self.refresh = get_settings().POLL_INTERVAL if refresh is None else refresh
         self._loaded_at: float | None = None
         self.limits: dict[str, QueueLimits] = {}
+        # Every-queue workers: the queues with pending jobs (sql.PENDING_QUEUES),
+        # claimed from by name. None: to be read again before the next claim.
+        # ``notified``: NOTIFYs reach this worker (LISTEN), so a queue that gets its
+        # first job is announced (saw_queue); without them, an empty claim re-reads
+        # the list, so a new queue waits no longer than the poll that finds it.
+        self.notified = notified
+        self.pending: list[str] | None = None
+        self._pending_at = 0.0
+        self._seen = 0  # NOTIFYs that invalidated the list (another thread sets it)
 
     def invalidate(self) -> None:
         self._loaded_at = None
+        self.pending = None
+
+    def saw_queue(self, name: str) -> None:
+        """A NOTIFY named queue ``name`` (or no queue, ``""``): read the pending list
+        again before the next claim if it may now miss a queue."""
+        pending = self.pending
+        if not name or pending is None or name not in pending:
+            self._seen += 1
+            self.pending = None
 
     def load(self, connection: BaseDatabaseWrapper) -> None:
         with connection.cursor() as cursor:
@@ -234,6 +253,8 @@ class FlowState:
         queues = self.queues
         if queues is None:
             limited = self.keyed or bool(self.limits)
+            if not limited and not self.known_only:
+                queues = self._pending_queues(connection)
         else:
             in_scope = [self.limits[q] for q in queues if q in self.limits]
             limited = self.keyed or any(q.max_running or q.rate for q in in_scope)
@@ -243,6 +264,18 @@ class FlowState:
                 queues = [q for q in queues if q not in paused]
         filtered = limited or self.skew_seen or self.known_only
         return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
+
+    def _pending_queues(self, connection: BaseDatabaseWrapper) -> list[str]:
+        now = time.monotonic()
+        pending = self.pending
+        if pending is None or now - self._pending_at >= self.refresh:
+            seen = self._seen
+            pending = sql.pending_queues(connection)
+            # A NOTIFY while the list was read may name a queue it missed: keep the
+            # list for this claim only.
+            self.pending = pending if seen == self._seen else None
+            self._pending_at = now
+        return pending
 
     def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[sql.Claimed]:
         """Claim up to ``n`` jobs of known tasks.
@@ -255,8 +288,13 @@ class FlowState:
         """
         options = self.claim_options(connection)
         if options["queues"] == []:
-            return []  # every queue of this worker is paused
+            # Every queue of this worker is paused, or none has pending jobs.
+            if self.queues is None and not self.notified:
+                self.pending = None
+            return []
         claimed = sql.claim(connection, worker=worker, n=n, **options)
+        if not claimed and self.queues is None and not self.notified:
+            self.pending = None
         if options["tasks"] is None:
             unknown = [c for c in claimed if c.task not in self._known]
             if unknown:

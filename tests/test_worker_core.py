@@ -133,6 +133,7 @@ def test_hot_cursor_honours_execute_wrappers() -> None:
         sql.complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
         jobs.noop.enqueue()
     assert sql.JOB_CLAIM_ALL in seen and sql.JOB_COMPLETE_MANY_REDO in seen
+    assert sql.pending_queues(connection) == []
     assert sql.JOB_INSERT in seen
 
 

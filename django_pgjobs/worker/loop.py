@@ -158,7 +158,7 @@ class Worker:
         )
 
         # Flow control and deploy skew: claim only known tasks, honour queue limits.
-        self.flow = flow.FlowState(self.queues)
+        self.flow = flow.FlowState(self.queues, notified=self.listen)
         self.inflight: dict[int, InFlight] = {}
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
@@ -296,6 +296,8 @@ class Worker:
     def _on_notify(self, payload: str) -> None:
         if payload == flow.QUEUES_CHANGED:
             self.flow.invalidate()  # a queue was paused, resumed or edited
+        else:
+            self.flow.saw_queue(payload)  # a job in a queue the claims may not cover yet
         if not payload or self.queues is None or payload in self.queues:
             self._wakeup.set()
 

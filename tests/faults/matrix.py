@@ -97,7 +97,10 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("worker: claim, every queue", "sql.JOB_CLAIM_ALL", "worker"),
+    # A worker of every queue reads the queues with pending jobs, then claims from
+    # them by name (JOB_CLAIM_ONE_QUEUE here: the workload has one queue).
+    Row("worker: find the queues with pending jobs", "sql.PENDING_QUEUES", "worker"),
+    Row("worker: claim, every queue", "sql.JOB_CLAIM_ONE_QUEUE", "worker"),
     Row(
         "worker: claim, one queue",
         "sql.JOB_CLAIM_ONE_QUEUE",
@@ -127,7 +130,7 @@ ROWS: tuple[Row, ...] = (
     # task with a concurrency key, makes it take FLOW_LOCK and the limited claim.
     Row(
         "worker: claim known tasks, every queue",
-        "sql.JOB_CLAIM_ALL_KNOWN",
+        "sql.JOB_CLAIM_ONE_QUEUE_KNOWN",  # by name, from sql.PENDING_QUEUES
         "worker",
         setup="unknown",
     ),
@@ -329,6 +332,8 @@ ROWS: tuple[Row, ...] = (
 
 #: Statements of sql.py no runtime caller issues (DDL of migrations, unused).
 NOT_RUNTIME = {
+    "sql.JOB_CLAIM_ALL": "sql.claim(queues=None) without a task filter; a worker of every"
+    " queue claims by name from sql.PENDING_QUEUES instead (flow.FlowState)",
     "sql.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
     "sql.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
 }
