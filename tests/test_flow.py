@@ -287,6 +287,33 @@ def test_fast_path_gives_back_an_unknown_task_uncounted_then_filters() -> None:
 
 
 @db
+@pytest.mark.parametrize("notified", [True, False], ids=["listen", "no-listen"])
+def test_a_worker_of_every_queue_claims_from_the_queues_with_pending_jobs(
+    notified: bool,
+) -> None:
+    """It claims by name from sql.PENDING_QUEUES (one walk of the claim index per
+    claim, not two) and still finds a queue that gets its first job: announced by
+    a NOTIFY (LISTEN), or re-read after an empty claim (no LISTEN)."""
+    state = FlowState(None, [jobs.noop.name], refresh=3600, notified=notified)
+    a = jobs.noop.using(queue="a").enqueue()
+    assert state.claim_options(connection)["queues"] == ["a"]
+    assert [c.id for c in state.claim(connection, worker="w", n=5)] == [a.id]
+    b = jobs.noop.using(queue="b").enqueue()
+    if notified:
+        # Within the refresh interval the list is kept: only the NOTIFY's queue
+        # name tells the worker about "b".
+        assert state.claim(connection, worker="w", n=5) == []
+        state.saw_queue("a")  # a NOTIFY of a queue it has: nothing to re-read
+        assert state.claim(connection, worker="w", n=5) == []
+        state.saw_queue("b")
+    else:
+        assert state.claim(connection, worker="w", n=5) == []  # empty: re-read next time
+    assert [c.id for c in state.claim(connection, worker="w", n=5)] == [b.id]
+    assert state.pending == ["b"]
+    assert sql.pending_queues(connection) == []  # both claimed
+
+
+@db
 def test_sweeper_dead_letters_only_after_the_timeout(settings: Any) -> None:
     settings.PGJOBS = {**settings.PGJOBS, "UNKNOWN_TASK_TIMEOUT": 60}
     waiting = jobs.noop.enqueue()

@@ -133,7 +133,7 @@ def test_hot_cursor_honours_execute_wrappers() -> None:
         sql.complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
         jobs.noop.enqueue()
     assert sql.JOB_CLAIM_ALL in seen and sql.JOB_COMPLETE_MANY_REDO in seen
-    assert sql.pending_queues(connection) == []
+    assert sql.pending_queues(connection) == ["default"]
     assert sql.JOB_INSERT in seen
 
 
@@ -190,3 +190,18 @@ def test_aenqueue_from_async_code() -> None:
 
     one, two = asyncio.run(main())
     assert Job.objects.filter(id__in=[one.id, two.id], status="pending").count() == 2
+
+
+def test_claims_grow_with_fast_jobs_and_shrink_with_slow_ones() -> None:
+    """The prefetch covers 20 ms of work at the observed job time, up to --batch, and a
+    busy worker claims no fewer than a quarter of its threads plus prefetch: no-op jobs
+    are claimed ~100 at a time (the claim's fixed cost spread thin), one-second jobs
+    one thread's worth at a time (nothing hoarded that another worker could start)."""
+    worker = Worker(concurrency=16, batch=100, install_signal_handlers=False, maintenance=False)
+    assert worker._prefetch() == 0 and worker._min_claim() == 4  # no job time observed yet
+    worker._job_time = 50e-6
+    assert worker._prefetch() == 100 and worker._min_claim() == 29
+    assert worker._claimable() == 100  # idle: --batch
+    worker._job_time = 1.0
+    assert worker._prefetch() == 0 and worker._min_claim() == 4
+    assert worker._claimable() == 16  # idle: one job per thread
