@@ -172,7 +172,13 @@ ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_
 
 # Marks the rows of ``picked`` as claimed. attempts and lease are bumped at claim
 # time, so a crash mid-job still counts the attempt and a reclaimed job can be told
-# from its zombie.
+# from its zombie. The rows are found with ``id = ANY (ARRAY(SELECT id FROM
+# picked))``, a primary-key probe per id whatever the statistics say: joined as
+# ``FROM picked WHERE j.id = picked.id``, a table without statistics yet (a bulk
+# enqueue into a new table, autovacuum not run) is estimated at a few rows per
+# page, and the prepared statement's generic plan became a hash join over a
+# sequential scan of the whole table, 13 ms per claim on 50,000 rows
+# (tests/test_perf_plans.py pins the plan).
 _CLAIM_SET = f"""
 UPDATE {JOB} AS j
    SET status = '{JobStatus.RUNNING}',
@@ -184,8 +190,8 @@ UPDATE {JOB} AS j
        -- unique_while="pending": a job stops holding its key once it starts
        unique_key = CASE WHEN left(j.unique_key, 8) = 'pending:' THEN NULL
                          ELSE j.unique_key END
-  FROM picked, {ASYNC_COMMIT}
- WHERE j.id = picked.id
+  FROM {ASYNC_COMMIT}
+ WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
           j.priority, j.idempotency_key, j.timeout, j.trace_context
 """
