@@ -287,15 +287,13 @@ class FlowState:
         with the known-task filter, so it never takes such a job again.
         """
         options = self.claim_options(connection)
-        if options["queues"] == []:
-            # Every queue of this worker is paused, or none has pending jobs.
-            if self.queues is None and not self.notified:
-                self.pending = None
-            return []
-        claimed = sql.claim(connection, worker=worker, n=n, **options)
+        # queues == []: every queue of this worker is paused, or none has pending jobs.
+        claimed = (
+            [] if options["queues"] == [] else sql.claim(connection, worker=worker, n=n, **options)
+        )
         if not claimed and self.queues is None and not self.notified:
-            self.pending = None
-        if options["tasks"] is None:
+            self.pending = None  # no NOTIFY announces a new queue: read the list again
+        if claimed and options["tasks"] is None:
             unknown = [c for c in claimed if c.task not in self._known]
             if unknown:
                 self.skew_seen = True

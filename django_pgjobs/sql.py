@@ -600,23 +600,29 @@ SELECT f.id FROM f LEFT JOIN {JOB} j ON j.id = f.id
 # the completer redoes the batch with the redo form). It cannot meet a write of
 # its own that committed earlier, so it does not look for one. Compared with the
 # redo form it saves a row lock (a WAL record per row) and a second probe per row.
-JOB_COMPLETE_MANY = f"""
-WITH d AS (
+_COMPLETE_ITEMS = """d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])
         AS d(id, lease, value)
-), done AS (
-    UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now()
-      FROM d
-     WHERE j.id = d.id AND j.lease = d.lease
-       AND {by_id_is(JobStatus.RUNNING, column="j.status")}
-    RETURNING j.id, j.idempotency_key, d.value
-), stored AS (
+)"""
+
+# Both forms end the same: ``done`` returns (id, idempotency_key, value) of the rows
+# completed, and their results are stored.
+_STORE_RESULTS = f"""stored AS (
     INSERT INTO {RESULT} (job_id, idempotency_key, value, created_at)
     SELECT done.id, done.idempotency_key, done.value, now()
       FROM done
      WHERE done.value IS NOT NULL OR done.idempotency_key IS NOT NULL
     ON CONFLICT DO NOTHING
-)
+)"""
+
+JOB_COMPLETE_MANY = f"""
+WITH {_COMPLETE_ITEMS}, done AS (
+    UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now()
+      FROM d
+     WHERE j.id = d.id AND j.lease = d.lease
+       AND {by_id_is(JobStatus.RUNNING, column="j.status")}
+    RETURNING j.id, j.idempotency_key, d.value
+), {_STORE_RESULTS}
 SELECT id FROM done
 """
 
@@ -625,22 +631,13 @@ SELECT id FROM done
 # first (shared with the heartbeat) and also answers the rows an earlier, committed
 # run of this very write completed.
 JOB_COMPLETE_MANY_REDO = f"""
-WITH d AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])
-        AS d(id, lease, value)
-), mine AS (
+WITH {_COMPLETE_ITEMS}, mine AS (
     {_lock_ours("d")}
 ), done AS (
     UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now()
-      FROM mine WHERE j.id = mine.id
-    RETURNING j.id, j.idempotency_key
-), stored AS (
-    INSERT INTO {RESULT} (job_id, idempotency_key, value, created_at)
-    SELECT done.id, done.idempotency_key, d.value, now()
-      FROM done JOIN d ON d.id = done.id
-     WHERE d.value IS NOT NULL OR done.idempotency_key IS NOT NULL
-    ON CONFLICT DO NOTHING
-)
+      FROM mine JOIN d ON d.id = mine.id WHERE j.id = mine.id
+    RETURNING j.id, j.idempotency_key, d.value
+), {_STORE_RESULTS}
 SELECT id FROM done
 UNION ALL
 -- Already completed under OUR lease: an earlier run of this very write committed

@@ -725,22 +725,20 @@ class Worker:
         causes it fails alone."""
         todo = list(batch)
         per_row = False
-        first = True  # no try of this batch has run yet, so none can have committed
+        redo = False  # the first try cannot meet a committed run of itself
         while todo:
             try:
                 if per_row:
                     self._write_rows(connection, todo)
                 else:
-                    self._write_outcomes(connection, todo, redo=not first)
+                    self._write_outcomes(connection, todo, redo=redo)
                 backoff.succeeded()
             except CONNECTION_ERRORS as exc:
-                first = False
                 # Keep the rest: a completion is never dropped on a DB blip.
                 backoff.failed(exc)
                 connection.close()
                 time.sleep(backoff.delay())
             except BaseException as exc:  # a data error or a bad value
-                first = False
                 if per_row:
                     raise
                 logger.warning(
@@ -750,6 +748,7 @@ class Worker:
                     exc,
                 )
                 per_row = True
+            redo = True
         self._wakeup.set()
 
     def _write_outcomes(
