@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +43,22 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def run_burst_worker(worker: Any, timeout: float = 30.0) -> int:
+    """Run ``worker`` (a ``--burst`` ``Worker``) to its end in a thread and return its
+    exit code; past ``timeout`` stop it and fail, saying what it still held."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        worker.request_stop()
+        thread.join(10)
+        raise AssertionError(
+            f"the burst worker hung: {worker.counts}, in flight {list(worker.inflight)}"
+        )
+    return codes[0]
 
 
 def dsn() -> str:

@@ -10,7 +10,6 @@ admin list and detail pages answer 200.
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.worker.loop import Worker
+from tests.conftest import run_burst_worker
 from tests.testapp.jobs import echo_value
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,15 +106,7 @@ def _run_worker() -> Worker:
         poll_interval=0.05,
         concurrency=2,
     )
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
-    thread.start()
-    thread.join(30)
-    if thread.is_alive():
-        worker.request_stop()
-        thread.join(10)
-        raise AssertionError(f"the worker hung: {worker.counts}, in flight {list(worker.inflight)}")
-    assert codes == [0], "the worker did not exit normally"
+    assert run_burst_worker(worker) == 0, "the worker did not exit normally"
     return worker
 
 

@@ -24,7 +24,7 @@ from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.retry import backoff
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY, Worker
-from tests.conftest import wait_until
+from tests.conftest import run_burst_worker, wait_until
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,10 +52,7 @@ def run_burst(**options: Any) -> Worker:
     """Run a burst worker to completion in a thread (with a deadline)."""
     options.setdefault("maintenance", False)
     worker = Worker(install_signal_handlers=False, burst=True, **options)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    thread.join(30)
-    assert not thread.is_alive(), "burst worker did not exit"
+    run_burst_worker(worker)
     return worker
 
 

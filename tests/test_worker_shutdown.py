@@ -14,7 +14,7 @@ import pytest
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.worker.loop import Worker
-from tests.conftest import dsn, wait_until
+from tests.conftest import dsn, run_burst_worker, wait_until
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,15 +114,7 @@ def refuse_outcomes(other_connection: psycopg.Connection) -> Iterator[Callable[[
 
 def _run_burst() -> tuple[Worker, int]:
     worker = Worker(install_signal_handlers=False, burst=True, maintenance=False, listen=False)
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
-    thread.start()
-    thread.join(30)
-    if thread.is_alive():
-        worker.request_stop()
-        thread.join(10)
-        raise AssertionError(f"the burst worker hung: {worker.counts}")
-    return worker, codes[0]
+    return worker, run_burst_worker(worker)
 
 
 def test_exit_code_is_0_when_every_outcome_was_written() -> None:

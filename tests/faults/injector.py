@@ -49,7 +49,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 PLAN_ENV = "PGJOBS_FAULT_PLAN"
 SLEEP_MARK = "pgjobs-fault-sleep"
@@ -240,8 +240,6 @@ class Injector:
         many: bool,
         context: dict[str, Any],
     ) -> Any:
-        from django.db import OperationalError
-
         db = context["connection"]
         if self.plan.get("at_commit") and not db.get_autocommit():
             # Inside a transaction: the rest of it runs and its COMMIT lands; the reply
@@ -250,14 +248,7 @@ class Injector:
             db._pgjobs_lose_commit_reply = True
             return result
         execute(sql_text, params, many, context)  # in autocommit: committed now
-        time.sleep(float(self.plan.get("linger", 0)))
-        db.errors_occurred = True
-        with contextlib.suppress(Exception):  # the connection may be half broken already
-            db.connection.close()
-        raise OperationalError(
-            "pgjobs fault injection: server closed the connection before "
-            "the reply (the statement may have committed)"
-        )
+        _lose_reply(db, self.plan, "the reply (the statement may have committed)")
 
     def _terminate(
         self,
@@ -405,6 +396,19 @@ def _make_listen_connection_class() -> type:
 _INJECTOR: Injector | None = None
 
 
+def _lose_reply(db: Any, plan: dict[str, Any], what: str) -> NoReturn:
+    """What the client sees when the server did the work but the connection drops
+    before ``what`` arrives: after the plan's ``linger``, a closed connection and an
+    OperationalError (Django then reconnects)."""
+    from django.db import OperationalError
+
+    time.sleep(float(plan.get("linger", 0)))
+    db.errors_occurred = True
+    with contextlib.suppress(Exception):  # the connection may be half broken already
+        db.connection.close()
+    raise OperationalError(f"pgjobs fault injection: server closed the connection before {what}")
+
+
 def _patch_wrapper_class() -> None:
     """Every Django connection object gets the wrapper from birth, on every thread
     (``sql.hot_cursor`` takes Django's ordinary cursor when wrappers are installed);
@@ -421,8 +425,6 @@ def _patch_wrapper_class() -> None:
         self.execute_wrappers.append(_INJECTOR)
 
     def _commit(self: Any) -> Any:
-        from django.db import OperationalError
-
         lose, self._pgjobs_lose_commit_reply = (
             getattr(self, "_pgjobs_lose_commit_reply", False),
             False,
@@ -431,14 +433,7 @@ def _patch_wrapper_class() -> None:
         if not lose:
             return result
         assert _INJECTOR is not None
-        time.sleep(float(_INJECTOR.plan.get("linger", 0)))
-        self.errors_occurred = True
-        with contextlib.suppress(Exception):  # closing a connection we are breaking anyway
-            self.connection.close()
-        raise OperationalError(
-            "pgjobs fault injection: server closed the connection before the reply "
-            "to COMMIT (the transaction committed)"
-        )
+        _lose_reply(self, _INJECTOR.plan, "the reply to COMMIT (the transaction committed)")
 
     def _rollback(self: Any) -> Any:
         self._pgjobs_lose_commit_reply = False

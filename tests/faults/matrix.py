@@ -541,12 +541,15 @@ class Scenario:
     def fresh_job_completes(self) -> bool:
         job_id = self.insert(STEP, priority=100)
         self.db.execute("SELECT pg_notify('pgjobs', 'default')")
+        return self.completes_within(job_id, FRESH_DEADLINE, interval=0.1)
+
+    def completes_within(self, job_id: int, seconds: float, interval: float = 0.05) -> bool:
         try:
             wait_until(
                 lambda: self.status(job_id) == "completed",
-                timeout=FRESH_DEADLINE,
-                interval=0.1,
-                message=f"fresh job {job_id} completed",
+                timeout=seconds,
+                interval=interval,
+                message=f"job {job_id} completed",
             )
             return True
         except AssertionError:
@@ -886,19 +889,6 @@ def _listener_up_since(s: Scenario, since: float) -> bool:
     return bool(row and row[0])
 
 
-def _completes_within(s: Scenario, job_id: int, seconds: float) -> bool:
-    try:
-        wait_until(
-            lambda: s.status(job_id) == "completed",
-            timeout=seconds,
-            interval=0.05,
-            message=f"job {job_id} completed",
-        )
-        return True
-    except AssertionError:
-        return False
-
-
 def run_listener_cell(s: Scenario) -> dict[str, str]:
     """The LISTEN connection fails at every call of the row's kind until the cell heals
     it: meanwhile a job is still claimed (the poll, or the wake-up after each
@@ -923,7 +913,7 @@ def run_listener_cell(s: Scenario) -> dict[str, str]:
 
     with contextlib.suppress(AssertionError):  # reported by the "fired" invariant
         wait_until(notified_and_fired, timeout=10, interval=0.2, message="fault fired")
-    if not _completes_within(s, during, LISTENER_POLL * 1.2 + 3):
+    if not s.completes_within(during, LISTENER_POLL * 1.2 + 3):
         broken.append(f"job {during} did not run while the LISTEN connection failed")
     s.heal_path.touch()
     # The last fault fired before the heal; the listener must be connected after it.
@@ -939,12 +929,12 @@ def run_listener_cell(s: Scenario) -> dict[str, str]:
     # shortly after, completed within NOTIFY_DEADLINE, was woken by its NOTIFY.
     after = s.insert(STEP)
     s.db.execute("SELECT pg_notify('pgjobs', 'default')")
-    if not _completes_within(s, after, LISTENER_POLL * 1.2 + 3):
+    if not s.completes_within(after, LISTENER_POLL * 1.2 + 3):
         broken.append(f"job {after} did not run after the listener recovered")
     time.sleep(0.5)  # past the claim of the freed slot, well before the next poll
     woken = s.insert(STEP)
     s.db.execute("SELECT pg_notify('pgjobs', 'default')")
-    if not _completes_within(s, woken, NOTIFY_DEADLINE):
+    if not s.completes_within(woken, NOTIFY_DEADLINE):
         broken.append(f"job {woken} was not woken by its NOTIFY within {NOTIFY_DEADLINE} s")
     fresh = s.fresh_job_completes()
     stop(s, worker)
