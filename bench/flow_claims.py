@@ -35,7 +35,10 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from django_pgjobs import sql  # noqa: E402
+from django_pgjobs import claims  # noqa: E402
+from django_pgjobs.db.claim import Claimed  # noqa: E402
+from django_pgjobs.db.job_outcome import job_complete_many  # noqa: E402
+from django_pgjobs.db.tables import JOB, QUEUE  # noqa: E402
 
 ROWS = 100_000
 KEYS = 1_000
@@ -45,32 +48,32 @@ TASKS = (TASK, *(f"bench.other_{i}" for i in range(99)))  # a registry of 100 ta
 
 def fill(keyed: bool) -> None:
     with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {sql.JOB}, {sql.QUEUE}")
+        cur.execute(f"TRUNCATE {JOB}, {QUEUE}")
         cur.execute(
-            f"INSERT INTO {sql.JOB} (task, queue, run_at, concurrency_key, concurrency_limit)"
+            f"INSERT INTO {JOB} (task, queue, run_at, concurrency_key, concurrency_limit)"
             " SELECT %(task)s, 'bench', now() - interval '1 minute',"
             "        CASE WHEN %(keyed)s THEN 'k' || (g %% %(keys)s) END,"
             "        CASE WHEN %(keyed)s THEN 1 END"
             " FROM generate_series(1, %(rows)s) g",
             {"task": TASK, "keyed": keyed, "keys": KEYS, "rows": ROWS},
         )
-        cur.execute(f"VACUUM ANALYZE {sql.JOB}")
+        cur.execute(f"VACUUM ANALYZE {JOB}")
 
 
 def limit_queue(**fields: Any) -> None:
     with connection.cursor() as cur:
         cur.execute(
-            f"INSERT INTO {sql.QUEUE} (name, paused, max_running, rate, rate_log,"
+            f"INSERT INTO {QUEUE} (name, paused, max_running, rate, rate_log,"
             " updated_at) VALUES ('bench', false, %s, %s, '[]', now())",
             [fields.get("max_running"), fields.get("rate")],
         )
 
 
-def drive(claims: dict[str, Callable[[int], list[sql.Claimed]]], secs: float) -> dict[str, float]:
+def drive(claims: dict[str, Callable[[int], list[Claimed]]], secs: float) -> dict[str, float]:
     """Round-robin the claim methods on the same table, timing each call: microseconds
     of claim statement per claimed job, per method (load on the machine hits all of
     them alike)."""
-    inflight: deque[sql.Claimed] = deque()
+    inflight: deque[Claimed] = deque()
     spent = dict.fromkeys(claims, 0.0)
     got_jobs = dict.fromkeys(claims, 0)
     start = time.perf_counter()
@@ -83,17 +86,17 @@ def drive(claims: dict[str, Callable[[int], list[sql.Claimed]]], secs: float) ->
             inflight.extend(got)
             if len(inflight) >= 40 or not got:
                 done = [inflight.popleft() for _ in range(min(10, len(inflight)))]
-                sql.complete_many(connection, [(c.id, c.lease, None) for c in done])
+                job_complete_many(connection, [(c.id, c.lease, None) for c in done])
     return {name: 1e6 * spent[name] / max(1, got_jobs[name]) for name in claims}
 
 
-def _claim(**options: Any) -> Callable[[int], list[sql.Claimed]]:
-    return lambda n: sql.claim(connection, worker="b", queues=["bench"], n=n, **options)
+def _claim(**options: Any) -> Callable[[int], list[Claimed]]:
+    return lambda n: claims.claim(connection, worker="b", queues=["bench"], n=n, **options)
 
 
 BASE = "0.1 claim (no task filter)"
 #: (keyed rows, queue limits, claim methods compared on that table)
-GROUPS: list[tuple[bool, dict[str, Any], dict[str, Callable[[int], list[sql.Claimed]]]]] = [
+GROUPS: list[tuple[bool, dict[str, Any], dict[str, Callable[[int], list[Claimed]]]]] = [
     (False, {}, {BASE: _claim(), "after skew: task filter": _claim(tasks=TASKS)}),
     (
         False,
@@ -118,11 +121,11 @@ def main() -> None:
     ratios: dict[str, list[float]] = {}
     micros: dict[str, list[float]] = {}
     for _ in range(options.rounds):
-        for keyed, limits, claims in GROUPS:
+        for keyed, limits, group in GROUPS:
             fill(keyed)
             if limits:
                 limit_queue(**limits)
-            result = drive(claims, options.secs)
+            result = drive(group, options.secs)
             for name, us in result.items():
                 if name != BASE:
                     micros.setdefault(name, []).append(us)

@@ -58,16 +58,13 @@ sys.path[:0] = [os.path.join(WORK, "peers"), WORK]
 os.chdir(WORK)
 import benchlib  # noqa: E402
 import peer_django_pgjobs as ours  # noqa: E402
+from benchutil import rss_kb, say  # noqa: E402  (bench/, this script's folder)
 
 SKIP = set(filter(None, A.skip.split(",")))
 if A.smoke:
     A.n, A.reps, A.history, A.backlog, A.soak_secs, A.soak_rate = 500, 1, 20_000, 1000, 5, 200
     A.peers = ""
 ROWS: list[tuple[str, str, str]] = []  # (target, measurement, value)
-
-
-def say(*a: Any) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
 def row(target: str, what: str, value: str) -> None:
@@ -265,11 +262,11 @@ class HistoryAdapter(ours.Adapter):
 def claim_plan() -> str:
     from django.db import connection
 
-    from django_pgjobs import sql
+    from django_pgjobs import claims
 
     with connection.cursor() as cur:
         cur.execute(
-            "EXPLAIN (FORMAT JSON) " + sql.JOB_CLAIM_ONE_QUEUE,
+            "EXPLAIN (FORMAT JSON) " + claims.JOB_CLAIM_ONE_QUEUE,
             {"worker": "explain", "n": 100, "queue": "default"},
         )
         plan = cur.fetchone()[0]
@@ -310,17 +307,6 @@ def history_and_backlog() -> None:
 
 
 # ---------------------------------------------------------------- 6 soak
-def rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def soak() -> None:
     import psycopg
 

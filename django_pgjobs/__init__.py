@@ -8,17 +8,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0.dev0"
+from django_pgjobs.version import __version__
 
 __all__ = [
     "JobContext",
     "JobStatus",
     "JobTimeout",
+    "Signature",
+    "Workflow",
+    "WorkflowRun",
     "__version__",
+    "batch",
+    "cancel_workflow",
+    "chain",
+    "chord",
+    "group",
     "job",
     "pause_queue",
     "resume_queue",
 ]
+
+#: Workflows and batches (release 0.3), from django_pgjobs.workflows.
+_WORKFLOW_NAMES = frozenset(
+    {"Signature", "Workflow", "WorkflowRun", "batch", "cancel_workflow", "chain", "chord", "group"}
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.context import JobContext
@@ -26,6 +39,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.exceptions import JobTimeout
     from django_pgjobs.flow import pause_queue, resume_queue
     from django_pgjobs.states import JobStatus
+    from django_pgjobs.workflows import (
+        Signature,
+        Workflow,
+        WorkflowRun,
+        batch,
+        cancel_workflow,
+        chain,
+        chord,
+        group,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -49,4 +72,8 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs.context import JobContext
 
         return JobContext
+    if name in _WORKFLOW_NAMES:
+        from django_pgjobs import workflows
+
+        return getattr(workflows, name)
     raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")

@@ -7,7 +7,9 @@ use it.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 _UNITS = ((60.0, 1.0, "s"), (3600.0, 60.0, "m"), (86400.0, 3600.0, "h"))
 
@@ -26,3 +28,10 @@ def format_age(age: float | timedelta | None, *, unknown: str = "—") -> str:
             break
     text = f"{value:.1f}"
     return (text[:-2] if text.endswith(".0") else text) + unit
+
+
+def age_since(since: datetime | None, now: datetime | None = None) -> timedelta | None:
+    """How long ago ``since`` was (``None`` for ``None``): a heartbeat's, a worker's age."""
+    if since is None:
+        return None
+    return (now or timezone.now()) - since

@@ -38,21 +38,3 @@ class PgJobsConfig(AppConfig):
         from django_pgjobs.backend import autodiscover_tasks
 
         autodiscover_tasks()  # django.tasks modules, when TASKS uses PgJobsBackend
-
-
-NOT_INSTALLED = (
-    "django-pgjobs is not installed in this project: add 'django_pgjobs' to "
-    "INSTALLED_APPS in your settings, then run `python manage.py migrate`"
-)
-
-
-def require_installed(what: str) -> None:
-    """Raise ``ImproperlyConfigured`` naming the fix when ``django_pgjobs`` is missing
-    from ``INSTALLED_APPS`` (instead of Django's generic model error, an "Unknown
-    command", or jobs that no worker ever sees). Silent before the app registry is
-    populated, when nothing can be known yet."""
-    from django.apps import apps
-    from django.core.exceptions import ImproperlyConfigured
-
-    if apps.apps_ready and not apps.is_installed("django_pgjobs"):
-        raise ImproperlyConfigured(f"{what}: {NOT_INSTALLED}")

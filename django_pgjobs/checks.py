@@ -1,6 +1,7 @@
 """System checks. IDs are documented in the reference (docs/reference/checks.md).
 
-E001 database is not PostgreSQL      E002 unknown PGJOBS key / bad PGJOBS value
+E001 database is not PostgreSQL
+E002 unknown PGJOBS key / bad PGJOBS value / bad environment variable (conf.py declares each)
 E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
 E004 invalid recurring schedule (expression, timezone, entry)   E005 unknown task in CRON
 E010 bad PGJOBS["QUEUES"] entry (unknown key, max_running < 1, rate not "N/s"|"N/m"|"N/h")
@@ -9,12 +10,20 @@ W004 CRON_CATCHUP_WINDOW not shorter than a RETENTION (a pruned fire time could 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
 
-from django_pgjobs.conf import SettingsError, build_settings, raw_settings, settings_errors
+from django_pgjobs.conf import (
+    PgJobsSettings,
+    SettingsError,
+    build_settings,
+    environment_errors,
+    raw_settings,
+    settings_errors,
+)
 
 #: Where a pip user finds the keys: the documentation's page, by title (not a repository path).
 SETTINGS_HINT = (
@@ -24,21 +33,28 @@ SETTINGS_HINT = (
 CRON_HINT = "See the 'Recurring jobs' how-to in the django-pgjobs documentation."
 
 
+def _valid_settings() -> PgJobsSettings | None:
+    """The settings, for the checks that need them valid (``check_settings`` says why not)."""
+    try:
+        return build_settings(raw_settings())
+    except SettingsError:
+        return None
+
+
 # Not tagged "database": it reads settings only, and Django 6.1's `check` skips
 # database-tagged checks unless --database is given (so bad keys went unreported).
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    errors: list[checks.CheckMessage] = []
+    """E002 for every bad key, value and environment variable at once; then E001, E003."""
     try:
-        user = raw_settings()
-        problems = settings_errors(user)
-        if problems:
-            return [
-                checks.Error(str(p), hint=SETTINGS_HINT, id="django_pgjobs.E002") for p in problems
-            ]
-        conf = build_settings(user)
-    except SettingsError as exc:
-        return [checks.Error(str(exc), hint=SETTINGS_HINT, id="django_pgjobs.E002")]
+        problems = settings_errors(raw_settings())
+    except SettingsError as exc:  # PGJOBS is not a dict
+        problems = [exc]
+    problems += environment_errors()
+    conf = _valid_settings()
+    if problems or conf is None:
+        return [checks.Error(str(p), hint=SETTINGS_HINT, id="django_pgjobs.E002") for p in problems]
+    errors: list[checks.CheckMessage] = []
     alias = conf.DATABASE
     databases = getattr(django_settings, "DATABASES", {})
     if alias not in databases:
@@ -69,15 +85,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return errors
 
 
-@checks.register(checks.Tags.compatibility)
-def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def _with_valid_settings(
+    check: Callable[[PgJobsSettings], list[checks.CheckMessage]],
+) -> Callable[..., list[checks.CheckMessage]]:
+    """Register ``check(conf)`` as a system check that is skipped while the settings are
+    bad (``check_settings`` reports why)."""
+
+    def run(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+        conf = _valid_settings()
+        return [] if conf is None else check(conf)
+
+    # Not functools.wraps: Django inspects the signature (it must take **kwargs).
+    run.__name__, run.__qualname__, run.__doc__ = check.__name__, check.__qualname__, check.__doc__
+    return checks.register(checks.Tags.compatibility)(run)
+
+
+@_with_valid_settings
+def check_cron(conf: PgJobsSettings) -> list[checks.CheckMessage]:
     """Recurring schedules parse, name registered tasks, and fit the retention."""
     from django_pgjobs.maintenance.cron import collect_schedules
 
-    try:
-        conf = build_settings(raw_settings())
-    except SettingsError:
-        return []  # reported by check_settings
     schedules, problems = collect_schedules(conf.CRON)
     messages: list[checks.CheckMessage] = [
         checks.Error(str(p), hint=CRON_HINT, id=p.check_id) for p in problems
@@ -95,15 +122,11 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
     return messages
 
 
-@checks.register(checks.Tags.compatibility)
-def check_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+@_with_valid_settings
+def check_queues(conf: PgJobsSettings) -> list[checks.CheckMessage]:
     """``PGJOBS["QUEUES"]`` entries: known keys, max_running >= 1, a valid rate."""
     from django_pgjobs.flow import queue_problems
 
-    try:
-        conf = build_settings(raw_settings())
-    except SettingsError:
-        return []  # reported by check_settings
     return [
         checks.Error(p, hint="See docs/howto/control-throughput.md", id="django_pgjobs.E010")
         for p in queue_problems(conf.QUEUES)

@@ -1,126 +1,278 @@
-"""The ``PGJOBS`` settings: defaults, normalisation and a cached accessor.
+"""The ``PGJOBS`` settings and the environment variables: each declared once, here.
 
-Every key is optional. Durations accept seconds (int or float) or a ``timedelta``
-and are normalised to float seconds here, so the rest of the package never sees a
-``timedelta``. Validation that should stop a deploy lives in ``checks.py``.
+A key is one line of ``PgJobsSettings``: its default, its parser (``parsers.py``)
+and the sentence the reference shows. From those declarations come the settings
+object, ``build_settings`` and ``settings_errors`` (check ``django_pgjobs.E002``)
+and the tables of ``docs/reference/settings.md`` (``reference_tables``; a test keeps
+the page equal to them). Durations accept seconds (int or float) or a ``timedelta``
+and are normalised to float seconds, so the rest of the package never sees a
+``timedelta``. Rules between keys (E001, E003, W004) live in ``checks.py``.
 """
 
 from __future__ import annotations
 
-import difflib
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, NoReturn, TypeVar, overload
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-DEFAULTS: dict[str, Any] = {
-    "DATABASE": "default",
-    "MAX_ATTEMPTS": 5,
-    "BACKOFF_BASE": 1.0,
-    "BACKOFF_CAP": 3600.0,
-    "HEARTBEAT_INTERVAL": 5.0,
-    "STALE_AFTER": 30.0,
-    "POLL_INTERVAL": 1.0,
-    "BATCH_SIZE": 300,
-    "SHUTDOWN_TIMEOUT": 30.0,
-    "REAPER_INTERVAL": 10.0,
-    "PRUNER_INTERVAL": 300.0,
-    "CRON_INTERVAL": 1.0,
-    "CRON_CATCHUP_WINDOW": 3600.0,
-    "RETENTION": {"completed": 7 * 86400.0, "dead": 30 * 86400.0, "cancelled": 7 * 86400.0},
-    "CRON": {},
-    "CRON_ENGINE": "builtin",
-    "LISTEN": True,
-    # Release 0.2 (each key's behaviour is owned by the module named in its comment).
-    "PREPARE": "auto",  # sql.hot_cursor: server-side prepared hot statements
-    "MAX_ARGS_BYTES": 1_048_576,  # enqueue: encoded args + kwargs of one job
-    "MAX_RESULT_BYTES": 1_048_576,  # executor: encoded return value of one job
-    "MAX_ERRORS_KEPT": 20,  # outcomes: error entries kept per job (oldest dropped)
-    "DEFAULT_TIMEOUT": None,  # executor/worker: seconds a run may take (None: no limit)
-    "UNKNOWN_TASK_TIMEOUT": 3600.0,  # worker: dead-letter jobs no live worker knows after this
-    "QUEUES": {},  # flow control: name -> {"max_running", "rate", "paused"}
-    "JOB_MODULES": [],  # registry: extra modules to import for @job functions
-    "METRICS_PORT": None,  # metrics: runjobs serves Prometheus /metrics on this port
-}
+from django_pgjobs import parsers
+from django_pgjobs.parsers import Parser
+from django_pgjobs.parsers import SettingsError as SettingsError  # re-exported: callers know conf
+from django_pgjobs.parsers import suggest as suggest
 
-DURATION_KEYS = frozenset(
-    {
-        "BACKOFF_BASE",
-        "BACKOFF_CAP",
-        "HEARTBEAT_INTERVAL",
-        "STALE_AFTER",
-        "POLL_INTERVAL",
-        "SHUTDOWN_TIMEOUT",
-        "REAPER_INTERVAL",
-        "PRUNER_INTERVAL",
-        "CRON_INTERVAL",
-        "CRON_CATCHUP_WINDOW",
-        "UNKNOWN_TASK_TIMEOUT",
-    }
-)
+T = TypeVar("T")
+
+E002 = "django_pgjobs.E002"
 
 
-class SettingsError(ValueError):
-    """A ``PGJOBS`` value has the wrong type or range; the message names the key."""
+class Setting(Generic[T]):
+    """One ``PGJOBS`` key, declared as an attribute of ``PgJobsSettings``; reading it
+    from the settings object gives the parsed value (typed ``T``)."""
+
+    def __init__(self, default: Any, parser: Parser[T], doc: str, *, checks: str = "") -> None:
+        self.name = ""  # set by __set_name__
+        self.default = default
+        self.parser = parser
+        self.doc = doc
+        #: The check IDs that report this key (every key: E002, a bad value).
+        self.checks = tuple(sorted({E002, *checks.split()}))
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Setting[T]: ...
+    @overload
+    def __get__(self, obj: PgJobsSettings, owner: type | None = None) -> T: ...
+    def __get__(self, obj: PgJobsSettings | None, owner: type | None = None) -> T | Setting[T]:
+        # Only the class's attribute is read here: an instance keeps its parsed values
+        # in its __dict__, which Python reads first (a plain attribute read, no call).
+        if obj is None:
+            return self
+        value: T = vars(obj)[self.name]
+        return value
+
+    def parse(self, value: Any) -> T:
+        return self.parser.parse(value, f"PGJOBS[{self.name!r}]")
 
 
-def to_seconds(value: Any, name: str) -> float:
-    """Normalise a duration (number of seconds or ``timedelta``) to float seconds."""
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SettingsError(
-            f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}"
-        )
-    if value != value or value in (float("inf"), float("-inf")):
-        raise SettingsError(f"{name} must be a finite number of seconds, got {value!r}")
-    return float(value)
+_RETENTION = {"completed": 7 * 86400.0, "dead": 30 * 86400.0, "cancelled": 7 * 86400.0}
 
 
-def suggest(name: str, known: list[str] | set[str] | frozenset[str]) -> str:
-    """' Did you mean X?' or '' — for error messages about unknown names."""
-    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
-
-
-@dataclass(frozen=True)
 class PgJobsSettings:
-    """The effective settings: ``DEFAULTS`` merged with ``PGJOBS`` and normalised.
+    """The effective settings: each key parsed from ``PGJOBS`` or its default (read-only)."""
 
-    No defaults here: ``DEFAULTS`` is their one home and ``build_settings`` passes
-    every key."""
+    DATABASE = Setting(
+        "default",
+        parsers.alias,
+        "Database alias holding the job tables. Must be in `DATABASES` and be PostgreSQL.",
+        checks="django_pgjobs.E001",
+    )
+    MAX_ATTEMPTS = Setting(
+        5, parsers.whole, "Attempts of a job whose `@job` does not set `max_attempts`."
+    )
+    BACKOFF_BASE = Setting(
+        1.0,
+        parsers.duration,
+        "Base of the retry delay: `uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**(attempt-1)))`.",
+    )
+    BACKOFF_CAP = Setting(3600.0, parsers.duration, "Longest retry delay.")
+    HEARTBEAT_INTERVAL = Setting(
+        5.0,
+        parsers.duration,
+        "How often a worker refreshes `heartbeat_at` of its running jobs (one statement "
+        "for all of them) and its row in the workers table.",
+        checks="django_pgjobs.E003",
+    )
+    STALE_AFTER = Setting(
+        30.0,
+        parsers.duration,
+        "A running job whose heartbeat is older than this is reclaimed by the reaper. "
+        "Must be at least 3 × `HEARTBEAT_INTERVAL`.",  # noqa: RUF001 (the page's sign)
+        checks="django_pgjobs.E003",
+    )
+    HEARTBEAT_PROCESS = Setting(
+        True,
+        parsers.flag,
+        "Each worker starts a small heartbeat process (Linux) that refreshes its jobs "
+        "while the worker cannot, e.g. while a job holds the GIL, so a live worker is "
+        "not taken for dead. `False`: the worker's heartbeat thread alone (see "
+        "{doc}`../explanation/heartbeats-and-fencing`).",
+    )
+    POLL_INTERVAL = Setting(
+        1.0,
+        parsers.duration,
+        "An idle worker's safety-net poll (jittered ±20 %); also how soon a job with a "
+        "future `run_at` is noticed.",
+    )
+    BATCH_SIZE = Setting(
+        300,
+        parsers.whole,
+        "Most jobs claimed in one round trip (`runjobs --batch` overrides it); claims "
+        "reach it only for jobs of about a millisecond or less (the prefetch covers 20 ms "
+        "of work at the observed job time).",
+    )
+    SHUTDOWN_TIMEOUT = Setting(
+        30.0,
+        parsers.duration,
+        "After SIGTERM, how long in-flight jobs may finish before they are released back "
+        "to `pending`.",
+    )
+    REAPER_INTERVAL = Setting(10.0, parsers.duration, "How often each worker runs the reaper.")
+    PRUNER_INTERVAL = Setting(300.0, parsers.duration, "How often each worker runs the pruner.")
+    CRON_INTERVAL = Setting(
+        1.0, parsers.duration, "How often each worker's cron ticker looks for due fire times."
+    )
+    CRON_CATCHUP_WINDOW = Setting(
+        3600.0,
+        parsers.duration,
+        "After a gap (no worker was running), the most recent missed fire time is still "
+        "enqueued if it is no older than this; older ones are skipped.",
+    )
+    RETENTION = Setting(
+        _RETENTION,
+        parsers.retention(_RETENTION),
+        "How long finished jobs are kept before the pruner deletes them; `None` keeps "
+        "them for ever. Keys you leave out keep their default.",
+    )
+    CRON = Setting(
+        {},
+        parsers.mapping("name -> schedule", "`dict` name → schedule"),
+        "Recurring jobs (see below).",
+        checks="django_pgjobs.E004 django_pgjobs.E005",
+    )
+    CRON_ENGINE = Setting(
+        "builtin",
+        parsers.choice("builtin", "pg_cron"),
+        'Who enqueues the recurring jobs: every `runjobs` process (`"builtin"`), or '
+        'pg_cron after `sync_cron --pg-cron` (`"pg_cron"`, and then `runjobs` does not '
+        "tick).",
+    )
+    LISTEN = Setting(
+        True,
+        parsers.flag,
+        "Idle workers sleep on `LISTEN pgjobs` and wake at the `NOTIFY` an enqueue sends. "
+        "Set `False` behind pgbouncer in transaction mode (see {doc}`../howto/pgbouncer`).",
+    )
+    PREPARE = Setting[bool | str](
+        "auto",
+        parsers.choice("auto", True, False),
+        "Whether the hot statements (claim, complete, heartbeat, single enqueue) run as "
+        "server-side prepared statements on the worker's and enqueuer's own cursor. "
+        '`"auto"` prepares unless the connection goes through a pooler that cannot keep '
+        "them (pgbouncer before 1.21 in transaction mode): it compares the server's own "
+        "`port` setting with the port the client connected to (a pooler listens on "
+        'another one), respects `DATABASES[...]["OPTIONS"]["prepare_threshold"] = None`, '
+        "prepares only statements run in autocommit, and switches itself off for the "
+        "process (logging a warning) if the server ever reports a lost prepared "
+        "statement. Independent of Django's `server_side_binding`. Set `True` for "
+        "pgbouncer ≥ 1.21 with `max_prepared_statements`, `False` to never prepare.",
+    )
+    MAX_ARGS_BYTES = Setting(
+        1_048_576,
+        parsers.whole,
+        "Largest JSON encoding of one job's arguments accepted at enqueue (`.enqueue`, "
+        "`enqueue_many`, `Job.objects.enqueue`, the Tasks backend): a larger one raises "
+        "`ValueError` naming the largest argument, and nothing is written. "
+        "`pgjobs_enqueue` reads the PostgreSQL setting `pgjobs.max_args_bytes` instead "
+        "(same default). Both count the same bytes: the UTF-8 of the arguments' JSON "
+        "text as PostgreSQL prints the stored value (`args::text` plus `kwargs::text`; "
+        "`é` is 2 bytes).",
+    )
+    MAX_RESULT_BYTES = Setting(
+        1_048_576,
+        parsers.whole,
+        "Largest JSON encoding of a job's return value (UTF-8 bytes, counted like "
+        "`MAX_ARGS_BYTES`); a larger one dead-letters that job (no retry) with an error "
+        "saying so.",
+    )
+    MAX_ERRORS_KEPT = Setting(
+        20,
+        parsers.whole,
+        "Error entries kept per job (the oldest are dropped first) by retries, dead "
+        "letters, the reaper and admin retries; the admin detail page shows this many "
+        "newest entries.",
+    )
+    DEFAULT_TIMEOUT = Setting(
+        None,
+        parsers.optional_duration,
+        "How long a run may take when `@job(timeout=...)` does not say; `None` is no limit.",
+    )
+    UNKNOWN_TASK_TIMEOUT = Setting(
+        3600.0,
+        parsers.duration,
+        "A job whose task no live worker has known for this long is dead-lettered as "
+        '"unknown task" (during a rolling deploy it waits instead).',
+    )
+    QUEUES = Setting(
+        {},
+        parsers.mapping("queue name -> options", "`dict` name → options"),
+        "Per-queue limits written into the `Queue` table at `migrate` and at worker "
+        'start: `max_running` (whole number ≥ 1), `rate` (`"N/s"`, `"N/m"` or '
+        '`"N/h"`), `paused` (`bool`). The keys an entry names overwrite the row\'s; a '
+        "`paused` left out keeps a pause set at runtime. See "
+        "{doc}`../howto/control-throughput`.",
+        checks="django_pgjobs.E010",
+    )
+    JOB_MODULES = Setting(
+        [],
+        parsers.module_list,
+        "Modules imported at startup (in `AppConfig.ready`, after every app's `jobs` "
+        "module), for `@job` functions that live elsewhere. A module that cannot be "
+        "imported stops startup with `ImproperlyConfigured` naming it.",
+    )
+    HEALTH_STUCK_AFTER = Setting(
+        600.0,
+        parsers.optional_duration,
+        "`runjobs --health-file` stops touching its file when every job slot (every "
+        "thread, or every event-loop slot) has run the same job for longer than this and "
+        "longer than that job's `timeout`, so a liveness probe restarts a worker that is "
+        "alive but runs nothing. Set it above your longest job that has no timeout; "
+        "`None` checks the heartbeat only. See {doc}`../howto/deploy-workers`.",
+    )
+    METRICS_PORT = Setting(
+        None,
+        parsers.optional_port,
+        "`runjobs` serves Prometheus metrics at `/metrics` on this port "
+        "(`runjobs --metrics-port` overrides it).",
+    )
+    METRICS_ADDRESS = Setting(
+        "127.0.0.1",
+        parsers.listen_address,
+        "The address `/metrics` listens on (`runjobs --metrics-address` overrides it). "
+        "The default serves this host only, so nothing is exposed to the network "
+        'unless you ask: set `"0.0.0.0"` (or `"::"`) when Prometheus scrapes from '
+        "another host or pod. See {doc}`metrics`.",
+    )
 
-    DATABASE: str
-    MAX_ATTEMPTS: int
-    BACKOFF_BASE: float
-    BACKOFF_CAP: float
-    HEARTBEAT_INTERVAL: float
-    STALE_AFTER: float
-    POLL_INTERVAL: float
-    BATCH_SIZE: int
-    SHUTDOWN_TIMEOUT: float
-    REAPER_INTERVAL: float
-    PRUNER_INTERVAL: float
-    CRON_INTERVAL: float
-    CRON_CATCHUP_WINDOW: float
-    RETENTION: dict[str, float | None]
-    CRON: dict[str, dict[str, Any]]
-    CRON_ENGINE: str
-    LISTEN: bool
-    PREPARE: bool | str
-    MAX_ARGS_BYTES: int
-    MAX_RESULT_BYTES: int
-    MAX_ERRORS_KEPT: int
-    DEFAULT_TIMEOUT: float | None
-    UNKNOWN_TASK_TIMEOUT: float
-    QUEUES: dict[str, dict[str, Any]]
-    JOB_MODULES: list[str]
-    METRICS_PORT: int | None
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        vars(self).update(values)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"the PGJOBS settings are read-only (set PGJOBS['{name}'] instead)")
+
+    def __repr__(self) -> str:
+        return f"PgJobsSettings({vars(self)!r})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def _declared() -> Iterator[Setting[Any]]:
+    for value in vars(PgJobsSettings).values():
+        if isinstance(value, Setting):
+            yield value
+
+
+#: Every key, in the order of the reference page.
+SETTINGS: tuple[Setting[Any], ...] = tuple(_declared())
+BY_NAME = {s.name: s for s in SETTINGS}
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
 
 
 def raw_settings() -> dict[str, Any]:
@@ -133,122 +285,34 @@ def raw_settings() -> dict[str, Any]:
 def unknown_key_message(key: Any) -> str:
     """``PGJOBS has an unknown key 'x'`` with a suggestion (also for a lowercase key)."""
     text = str(key)
-    if text.upper() in DEFAULTS:
+    if text.upper() in BY_NAME:
         return (
             f"PGJOBS has an unknown key {key!r}: keys are upper case. "
             f"Did you mean {text.upper()!r}?"
         )
-    return f"PGJOBS has an unknown key {key!r}.{suggest(text, set(DEFAULTS))}"
+    return f"PGJOBS has an unknown key {key!r}.{suggest(text, set(BY_NAME))}"
 
 
 def settings_errors(user: dict[str, Any]) -> list[SettingsError]:
     """Every problem at once (the system check reports each): one error per unknown key,
-    then one per bad value (each key is validated on its own over the defaults)."""
-    errors = [SettingsError(unknown_key_message(k)) for k in user if k not in DEFAULTS]
+    then one per bad value."""
+    errors = [SettingsError(unknown_key_message(k)) for k in user if k not in BY_NAME]
     for key, value in user.items():
-        if key in DEFAULTS:
+        if key in BY_NAME:
             try:
-                build_settings({key: value})
+                BY_NAME[key].parse(value)
             except SettingsError as exc:
                 errors.append(exc)
     return errors
 
 
 def build_settings(user: dict[str, Any]) -> PgJobsSettings:
-    """Merge ``user`` over the defaults; raise ``SettingsError`` naming the first bad key
+    """Parse ``user`` over the defaults; raise ``SettingsError`` naming the first bad key
     (``settings_errors`` lists them all)."""
-    unknown = [k for k in user if k not in DEFAULTS]
-    if unknown:
-        raise SettingsError(unknown_key_message(unknown[0]))
-    merged = {**DEFAULTS, **user}
-    out: dict[str, Any] = {}
-    for key, value in merged.items():
-        name = f"PGJOBS[{key!r}]"
-        if key in DURATION_KEYS:
-            seconds = to_seconds(value, name)
-            if seconds <= 0:
-                raise SettingsError(f"{name} must be positive, got {value!r}")
-            out[key] = seconds
-        elif key in (
-            "MAX_ATTEMPTS",
-            "BATCH_SIZE",
-            "MAX_ARGS_BYTES",
-            "MAX_RESULT_BYTES",
-            "MAX_ERRORS_KEPT",
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SettingsError(f"{name} must be a whole number >= 1, got {value!r}")
-            out[key] = value
-        elif key == "DATABASE":
-            if not isinstance(value, str) or not value:
-                raise SettingsError(f"{name} must be a database alias (str), got {value!r}")
-            out[key] = value
-        elif key == "LISTEN":
-            if not isinstance(value, bool):
-                raise SettingsError(f"{name} must be True or False, got {value!r}")
-            out[key] = value
-        elif key == "PREPARE":
-            if not (value == "auto" or isinstance(value, bool)):
-                raise SettingsError(f"{name} must be 'auto', True or False, got {value!r}")
-            out[key] = value
-        elif key == "DEFAULT_TIMEOUT":
-            if value is None:
-                out[key] = None
-            else:
-                seconds = to_seconds(value, name)
-                if seconds <= 0:
-                    raise SettingsError(
-                        f"{name} must be positive or None (no limit), got {value!r}"
-                    )
-                out[key] = seconds
-        elif key == "QUEUES":
-            # Entries are validated by the flow-control module (system check).
-            if not isinstance(value, dict):
-                raise SettingsError(f"{name} must be a dict of queue name -> options")
-            out[key] = value
-        elif key == "JOB_MODULES":
-            if (
-                isinstance(value, str)
-                or not isinstance(value, list | tuple)
-                or not all(isinstance(m, str) and m for m in value)
-            ):
-                raise SettingsError(f"{name} must be a list of module paths, got {value!r}")
-            out[key] = list(value)
-        elif key == "METRICS_PORT":
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535
-            ):
-                raise SettingsError(
-                    f"{name} must be a port number (0-65535) or None, got {value!r}"
-                )
-            out[key] = value
-        elif key == "RETENTION":
-            if not isinstance(value, dict):
-                raise SettingsError(f"{name} must be a dict of status -> duration")
-            retention = dict(DEFAULTS["RETENTION"])
-            for status, dur in value.items():
-                if status not in DEFAULTS["RETENTION"]:
-                    raise SettingsError(
-                        f"{name} has unknown status {status!r}; finished statuses are "
-                        f"{sorted(DEFAULTS['RETENTION'])}.{suggest(str(status), set(DEFAULTS['RETENTION']))}"
-                    )
-                kept = None if dur is None else to_seconds(dur, f"{name}[{status!r}]")
-                if kept is not None and kept <= 0:
-                    raise SettingsError(
-                        f"{name}[{status!r}] must be positive or None (keep forever), got {dur!r}"
-                    )
-                retention[status] = kept
-            out[key] = retention
-        elif key == "CRON":
-            if not isinstance(value, dict):
-                raise SettingsError(f"{name} must be a dict of name -> schedule")
-            out[key] = value
-        elif key == "CRON_ENGINE":
-            # "pg_cron": schedules are installed with sync_cron --pg-cron; runjobs does not tick.
-            if value not in ("builtin", "pg_cron"):
-                raise SettingsError(f"{name} must be 'builtin' or 'pg_cron', got {value!r}")
-            out[key] = value
-    return PgJobsSettings(**out)
+    for key in user:
+        if key not in BY_NAME:
+            raise SettingsError(unknown_key_message(key))
+    return PgJobsSettings({s.name: s.parse(user.get(s.name, s.default)) for s in SETTINGS})
 
 
 _cached: PgJobsSettings | None = None
@@ -267,3 +331,72 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
     global _cached
     if setting == "PGJOBS":
         _cached = None
+
+
+# ---------------------------------------------------------------------------
+# Environment variables the package reads
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvironmentVariable(Generic[T]):
+    name: str
+    default: str
+    parser: Parser[T]
+    doc: str
+
+    def value(self) -> T:
+        """The parsed value, read now; ``SettingsError`` naming the variable if bad."""
+        text = os.environ.get(self.name, self.default)
+        return self.parser.parse(text, f"the environment variable {self.name}")
+
+
+METRICS_INTERVAL = EnvironmentVariable(
+    "PGJOBS_METRICS_INTERVAL",
+    "10",
+    parsers.interval_text,
+    "Seconds between two reads of the queue gauges by `runjobs --metrics-port` "
+    "(see {doc}`metrics`).",
+)
+
+ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (METRICS_INTERVAL,)
+
+
+def environment_errors() -> list[SettingsError]:
+    """A ``SettingsError`` per environment variable with a bad value (check E002)."""
+    errors = []
+    for variable in ENVIRONMENT:
+        try:
+            variable.value()
+        except SettingsError as exc:
+            errors.append(exc)
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The reference page's tables
+# ---------------------------------------------------------------------------
+
+
+def reference_tables() -> str:
+    """The generated block of ``docs/reference/settings.md``: every key, then every
+    environment variable (``tests/test_settings_page.py`` keeps the page equal to it)."""
+    lines = [
+        "| Key | Type | Default | Check | Meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        checks = ", ".join(f"`{c}`" for c in s.checks)
+        lines.append(
+            f"| `{s.name}` | {s.parser.kind} | {s.parser.show(s.default)} | {checks} | {s.doc} |"
+        )
+    lines += [
+        "",
+        "Environment variables (each checked by `django_pgjobs.E002` too):",
+        "",
+        "| Variable | Type | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for v in ENVIRONMENT:
+        lines.append(f"| `{v.name}` | {v.parser.kind} | {v.parser.show(v.default)} | {v.doc} |")
+    return "\n".join(lines) + "\n"

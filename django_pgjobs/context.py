@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django_pgjobs.exceptions import JobCancelled
 
@@ -14,6 +15,8 @@ class JobContext:
     ``lease`` is the fencing token of this attempt: writes made on its behalf are
     accepted only while the row still carries it. ``is_cancelled()`` turns true
     when the job is cancelled or its lease is lost (seen at the next heartbeat).
+    ``parent_results``: for a workflow node, each parent node's name (default: its
+    job id as a string) -> its result (None for a parent that stored none).
     """
 
     job_id: int
@@ -24,6 +27,7 @@ class JobContext:
     queue: str
     idempotency_key: str | None = None
     worker: str | None = None
+    parent_results: dict[str, Any] = field(default_factory=dict)
     # A plain flag, not a threading.Event: one is made per claimed job, and Event()
     # (a Condition and two locks) was 16% of the claim loop in a drain profile.
     # Setting and reading a bool is atomic under the GIL.

@@ -1,158 +1,27 @@
-"""``@job``: turn a function into a registered, enqueueable job.
+"""``@job``: turn a function into a registered, enqueueable job (``JobFunction``).
 
-Options are validated at decoration time, so a typo fails at import, not at 3am.
+The options are validated into a ``JobDefinition`` (``definition.py``) at decoration
+time, so a typo fails at import, not at 3am.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
 from django_pgjobs import registry
-from django_pgjobs.conf import suggest
-from django_pgjobs.keys import check_concurrency, check_fields_exist, check_unique_while
-from django_pgjobs.validation import (
-    check_max_attempts,
-    check_options,
-    check_priority,
-    check_queue,
-    check_timeout,
-)
+from django_pgjobs.definition import JobDefinition, make_definition
+from django_pgjobs.enqueue import enqueue_batch, enqueue_one
+from django_pgjobs.installed import require_installed
+from django_pgjobs.validation import check_options
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job
+    from django_pgjobs.workflows.signature import Signature
 
 P = ParamSpec("P")
-
-#: ``JobDefinition.timeout`` when ``@job`` got no ``timeout``: the setting applies.
-UNSET_TIMEOUT = -1.0
 R = TypeVar("R")
-
-JOB_OPTIONS = frozenset(
-    {
-        "name",
-        "queue",
-        "priority",
-        "max_attempts",
-        "atomic",
-        "takes_context",
-        "cron",
-        "retry_on",
-        "discard_on",
-        "timeout",
-        "concurrency_key",
-        "concurrency_limit",
-        "unique_while",
-    }
-)
-
-
-@dataclass(frozen=True)
-class JobDefinition:
-    """Everything the worker needs to know about a registered job."""
-
-    name: str
-    func: Callable[..., Any]
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int | None = None  # None: PGJOBS["MAX_ATTEMPTS"] at enqueue time
-    atomic: bool = False
-    takes_context: bool = False
-    cron: str | None = None
-    retry_on: tuple[type[BaseException], ...] = ()
-    discard_on: tuple[type[BaseException], ...] = ()
-    is_async: bool = False
-    #: seconds a run may take; None: no limit; UNSET_TIMEOUT: PGJOBS["DEFAULT_TIMEOUT"]
-    timeout: float | None = -1.0
-    extra: dict[str, Any] = field(default_factory=dict)
-    # Flow control (flow.py, keys.py): computed at enqueue, stored on the row.
-    concurrency_key: str | Callable[..., Any] | None = None
-    concurrency_limit: int = 1
-    unique_while: str | None = None  # "pending" | "active"
-
-    def effective_timeout(self, stored: float | None) -> float | None:
-        """The limit of one run: the row's own (``.using(timeout=...)``), else the
-        ``@job`` option, else ``PGJOBS["DEFAULT_TIMEOUT"]``."""
-        if stored is not None:
-            return stored
-        if self.timeout != UNSET_TIMEOUT:
-            return self.timeout
-        from django_pgjobs.conf import get_settings
-
-        return get_settings().DEFAULT_TIMEOUT
-
-    def should_retry(self, exc: BaseException) -> bool:
-        """``discard_on`` wins; with ``retry_on`` set only those exceptions retry."""
-        if self.discard_on and isinstance(exc, self.discard_on):
-            return False
-        if self.retry_on:
-            return isinstance(exc, self.retry_on)
-        return True
-
-
-def _exception_classes(value: Any, option: str) -> tuple[type[BaseException], ...]:
-    items = (value,) if isinstance(value, type) else tuple(value or ())
-    for item in items:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise TypeError(f"@job({option}=...) takes exception classes, got {item!r}")
-    return items
-
-
-def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
-    for key in options:
-        if key not in JOB_OPTIONS:
-            raise TypeError(
-                f"@job got an unknown option {key!r}.{suggest(key, JOB_OPTIONS)} "
-                f"Options are: {', '.join(sorted(JOB_OPTIONS))}"
-            )
-    if not callable(func):
-        raise TypeError(f"@job decorates a function, got {func!r}")
-    qualname = getattr(func, "__qualname__", "")
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        raise TypeError(
-            f"@job functions must be defined at module level, got {func.__module__}.{qualname}"
-        )
-    name = options.get("name") or f"{func.__module__}.{qualname}"
-    if not isinstance(name, str) or len(name) > 255:
-        raise ValueError(f"@job(name=...) must be a string of at most 255 characters, got {name!r}")
-    takes_context = bool(options.get("takes_context", False))
-    if takes_context:
-        params = list(inspect.signature(func).parameters)
-        if not params:
-            raise TypeError(
-                f"@job(takes_context=True) function {name} needs a first parameter for the JobContext"
-            )
-    cron = options.get("cron")
-    if cron is not None and (not isinstance(cron, str) or not cron.strip()):
-        raise ValueError(f"@job(cron=...) must be a cron expression string, got {cron!r}")
-    max_attempts = options.get("max_attempts")
-    concurrency_key, concurrency_limit = check_concurrency(
-        options.get("concurrency_key"), options.get("concurrency_limit"), name
-    )
-    definition = JobDefinition(
-        name=name,
-        func=func,
-        queue=check_queue(options.get("queue", "default")),
-        priority=check_priority(options.get("priority", 0)),
-        max_attempts=None if max_attempts is None else check_max_attempts(max_attempts),
-        atomic=bool(options.get("atomic", False)),
-        takes_context=takes_context,
-        cron=cron,
-        retry_on=_exception_classes(options.get("retry_on"), "retry_on"),
-        discard_on=_exception_classes(options.get("discard_on"), "discard_on"),
-        is_async=inspect.iscoroutinefunction(func),
-        timeout=check_timeout(options["timeout"], "@job(timeout=...)")
-        if "timeout" in options
-        else UNSET_TIMEOUT,
-        concurrency_key=concurrency_key,
-        concurrency_limit=concurrency_limit,
-        unique_while=check_unique_while(options.get("unique_while")),
-    )
-    check_fields_exist(definition)
-    return definition
 
 
 class JobFunction(Generic[P, R]):
@@ -186,11 +55,25 @@ class JobFunction(Generic[P, R]):
         merged.update(checked)
         return JobFunction(self.definition, merged)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature for a workflow (``Workflow.add``, ``chain``, ``group``, ``chord``,
+        ``batch``): this call with this copy's ``.using()`` options. In a chain it also
+        receives the previous job's result as its first argument."""
+        from django_pgjobs.workflows.signature import Signature
+
+        return Signature(self.definition, args, kwargs, self.call_options, immutable=False)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: receives no parent result as an argument."""
+        from django_pgjobs.workflows.signature import Signature
+
+        return Signature(self.definition, args, kwargs, self.call_options, immutable=True)
+
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job in the caller's transaction; returns the ``Job`` row."""
-        from django_pgjobs.enqueue import enqueue_one
+        from django_pgjobs.models import Job  # not at import: @job runs before apps are ready
 
-        return enqueue_one(self.definition, list(args), dict(kwargs), self.call_options)
+        return enqueue_one(self.definition, list(args), dict(kwargs), self.call_options, model=Job)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """``enqueue`` for async code (views, consumers): the same insert, run in
@@ -207,8 +90,6 @@ class JobFunction(Generic[P, R]):
         Each item is a tuple of positional arguments, or ``(args, kwargs)`` when
         given as a 2-tuple whose second element is a dict.
         """
-        from django_pgjobs.enqueue import enqueue_batch
-
         return enqueue_batch(self.definition, calls, self.call_options)
 
 
@@ -222,8 +103,6 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register ``func`` as a job. Usable bare (``@job``) or with options (``@job(queue=...)``)."""
 
     def decorate(f: Callable[..., Any]) -> JobFunction[Any, Any]:
-        from django_pgjobs.apps import require_installed
-
         definition = make_definition(f, **options)
         require_installed(f"@job {definition.name}")
         registry.register(definition)

@@ -10,37 +10,60 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.models import JSONField
 from django.utils import timezone
 
-from django_pgjobs import keys, registry, sql, tracing
+from django_pgjobs import keys, registry, tracing
 from django_pgjobs.conf import get_settings
-from django_pgjobs.health import readiness
-from django_pgjobs.validation import check_arguments, check_options, check_size
+from django_pgjobs.db import readiness
+from django_pgjobs.db.cursor import hot_cursor
+from django_pgjobs.db.job_insert import (
+    DELAYED_RUN_AT,
+    JOB_BY_KEY,
+    JOB_BY_UNIQUE_KEY,
+    JOB_COPY,
+    insert_params,
+    job_insert,
+)
+from django_pgjobs.db.notify import JOB_NOTIFY
+from django_pgjobs.validation import (
+    check_arguments,
+    check_options,
+    check_size,
+    json_bytes,
+    json_text,
+)
 
 if TYPE_CHECKING:
-    from django_pgjobs.decorators import JobDefinition
+    from django_pgjobs.definition import JobDefinition
     from django_pgjobs.models import Job
 
 #: Rows per COPY batch in ``enqueue_many``.
 BULK_BATCH = 5000
 
+#: The batch (``workflows.batch``) that jobs enqueued here join: its workflow row's
+#: id, set for the duration of a ``with batch(...)`` block in this context.
+CURRENT_BATCH: ContextVar[int | None] = ContextVar("pgjobs_current_batch", default=None)
+
 
 @functools.cache
-def _columns() -> tuple[list[str], str, frozenset[int]]:
-    from django.db.models import JSONField
-
-    from django_pgjobs.models import Job
-
-    fields = Job._meta.concrete_fields
+def _columns(model: type[Job]) -> tuple[list[str], str, str, frozenset[int]]:
+    """The job model's attribute names, the two key lookups with its column list, and
+    the positions of its JSON columns (the model is passed in: this module sits below
+    the models, which enqueue through it)."""
+    fields = model._meta.concrete_fields
     attnames = [f.attname for f in fields]
     columns = ", ".join(str(f.column) for f in fields)
     json_positions = frozenset(i for i, f in enumerate(fields) if isinstance(f, JSONField))
-    return attnames, sql.JOB_BY_KEY.format(columns=columns), json_positions
+    by_key = JOB_BY_KEY.format(columns=columns)
+    by_unique_key = JOB_BY_UNIQUE_KEY.format(columns=columns)
+    return attnames, by_key, by_unique_key, json_positions
 
 
 def _json_text(value: list[Any] | dict[str, Any]) -> str:
@@ -48,7 +71,7 @@ def _json_text(value: list[Any] | dict[str, Any]) -> str:
     (json.dumps was a third of enqueue_many's Python time for no-argument jobs)."""
     if not value:
         return "[]" if isinstance(value, list) else "{}"
-    return json.dumps(value)
+    return json_text(value)
 
 
 def _checked_json(
@@ -65,23 +88,21 @@ def _checked_json(
         definition.name,
         args,
         kwargs,
-        len(args_text) + len(kwargs_text),
+        json_bytes(args_text) + json_bytes(kwargs_text),
         takes_context=definition.takes_context,
     )
     return args_text, kwargs_text
 
 
-def _row_to_job(alias: str, row: Sequence[Any]) -> Job:
-    from django_pgjobs.models import Job
-
-    attnames, _, json_positions = _columns()
+def _row_to_job(model: type[Job], alias: str, row: Sequence[Any]) -> Job:
+    attnames, _, _, json_positions = _columns(model)
     values: list[Any] = [
         as_django_time(v) if isinstance(v, datetime) else v for v in row[: len(attnames)]
     ]
     for i in json_positions:  # Django's psycopg setup loads jsonb as text
         if isinstance(values[i], str):
             values[i] = json.loads(values[i])
-    return Job.from_db(alias, attnames, values)
+    return model.from_db(alias, attnames, values)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -100,7 +121,8 @@ def _from_epoch_us(microseconds: int) -> datetime:
     return as_django_time(_EPOCH + timedelta(microseconds=microseconds))
 
 
-def _new_job(
+def new_job(
+    model: type[Job],
     alias: str,
     row: Sequence[Any],
     task: str,
@@ -108,13 +130,13 @@ def _new_job(
     args: list[Any],
     kwargs: dict[str, Any],
     trace_context: dict[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> Job:
     """The inserted row, built from what we sent plus the server's (id, run_at,
     created_at): returning and parsing every column cost ~10% of a single enqueue.
-    The other columns hold their db_default values (test_enqueue checks the two agree)."""
-    from django_pgjobs.models import Job
-
-    attnames, _, _ = _columns()
+    The other columns hold their db_default values (test_enqueue checks the two agree)
+    or, for a workflow job, ``overrides`` (status, workflow columns)."""
+    attnames = _columns(model)[0]
     values = {
         "id": row[0],
         "task": task,
@@ -140,8 +162,15 @@ def _new_job(
         "concurrency_limit": opts.get("concurrency_limit"),
         "unique_key": opts.get("unique_key"),
         "trace_context": trace_context,
+        "workflow_id": opts.get("workflow_id"),
+        "node": None,
+        "waiting": None,
+        "failed_parents": None,
+        "cancelled_by": None,
+        "suspect": False,
+        **(overrides or {}),
     }
-    job = Job.from_db(alias, attnames, [values[name] for name in attnames])
+    job = model.from_db(alias, attnames, [values[name] for name in attnames])
     # A mark on this instance (an existing key's job has none), read by the Tasks backend.
     job._pgjobs_inserted = True  # type: ignore[attr-defined]
     return job
@@ -153,7 +182,7 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
     if run_at is not None and timezone.is_naive(run_at):
         # Only accepted with USE_TZ = False (check_run_at): a time in TIME_ZONE.
         run_at = timezone.make_aware(run_at, timezone.get_default_timezone())
-    # A delay is added to the database's now() (sql.JOB_INSERT_DELAYED), the clock
+    # A delay is added to the database's now() (JOB_INSERT_DELAYED), the clock
     # every other time of a job comes from.
     delay: timedelta | None = options.get("delay") if run_at is None else None
     max_attempts = options.get("max_attempts") or definition.max_attempts
@@ -168,6 +197,7 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
         # and then to PGJOBS["DEFAULT_TIMEOUT"] (JobDefinition.effective_timeout).
         "timeout": options.get("timeout"),
         "unique_key": options.get("unique_key"),
+        "workflow_id": CURRENT_BATCH.get(),
     }
 
 
@@ -178,40 +208,34 @@ def enqueue_one(
     kwargs: dict[str, Any],
     options: Mapping[str, Any],
     *,
+    model: type[Job],
     using: str | None = None,
 ) -> Job:
-    """Validate, then insert one job (or return the job that already owns its key)."""
+    """Validate, then insert one job (or return the job that already owns its key).
+
+    ``model``: the job model, whose rows come back (``Job``; passed in by the callers
+    above the models: ``JobFunction``, ``Job.objects``, the Tasks backend)."""
     args_text, kwargs_text = _checked_json(definition, args, kwargs)
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
-    _, job_by_key, _ = _columns()
-    key = opts["idempotency_key"]
-    if (
+    _, by_key, by_unique_key, _ = _columns(model)
+    flow = (
         definition.concurrency_key is not None
         or definition.unique_while is not None
         or opts["unique_key"] is not None
-    ):
-        return _enqueue_flow(definition, args, kwargs, opts, alias, args_text, kwargs_text)
-    return _insert(
-        definition,
-        args,
-        kwargs,
-        opts,
-        alias,
-        _insert_params(definition, opts, args_text, kwargs_text),
-        # the key exists: return the job that owns it, writing nothing
-        lookups=[(job_by_key, key)],
-        failure=f"could not enqueue {definition.name} with idempotency key {key!r}",
     )
-
-
-def _insert_params(
-    definition: JobDefinition, opts: Mapping[str, Any], args_text: str, kwargs_text: str
-) -> dict[str, Any]:
-    """The JOB_INSERT family's parameters for these options (the trace context is
-    added by ``_insert``, inside the publish span)."""
+    # A key is taken: the job that holds it is returned, and nothing is written.
+    lookups = [(by_key, opts["idempotency_key"])]
+    if flow:
+        flow_keys(definition, args, kwargs, opts)
+        lookups.append((by_unique_key, opts["unique_key"]))
+        failure = f"could not enqueue {definition.name}: its key stayed taken"
+    else:
+        failure = (
+            f"could not enqueue {definition.name} with idempotency key {opts['idempotency_key']!r}"
+        )
     delay = opts["delay"]
-    return sql.insert_params(
+    params = insert_params(
         task=definition.name,
         queue=opts["queue"],
         priority=opts["priority"],
@@ -225,96 +249,61 @@ def _insert_params(
         concurrency_key=opts.get("concurrency_key"),
         concurrency_limit=opts.get("concurrency_limit"),
         unique_key=opts.get("unique_key"),
+        workflow_id=opts.get("workflow_id"),
     )
-
-
-def _insert(
-    definition: JobDefinition,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    opts: Mapping[str, Any],
-    alias: str,
-    params: dict[str, Any],
-    *,
-    flow: bool = False,
-    lookups: Sequence[tuple[str, Any]],
-    failure: str,
-) -> Job:
-    """Insert one job (a JOB_INSERT member: ON CONFLICT DO NOTHING), or, when a key is
-    taken, return the job that holds it: the first of ``lookups`` (statement, key;
-    None: that key is not set) that finds one. Three tries: the holder can finish or
-    be pruned between the two statements, freeing the key."""
-    statement = sql.job_insert(flow=flow, delayed=opts["delay"] is not None)
     # OpenTelemetry (tracing.py): a send span, whose context the row stores. A
     # shared no-op context when tracing is off.
     with (
         tracing.publish(definition.name, opts["queue"]) as publish,
-        sql.hot_cursor(connections[alias]) as cursor,
+        hot_cursor(connections[alias]) as cursor,
     ):
         carrier = publish.carrier if publish is not None else None
         params["trace_context"] = None if carrier is None else json.dumps(carrier)
+        # Three tries: the holder of a key can finish or be pruned between the
+        # insert and the lookup, freeing the key.
         for _ in range(3):
-            cursor.execute(statement, params)
-            row = cursor.fetchone()
+            row = job_insert(cursor, params, flow=flow, delayed=delay is not None)
             if row is not None:
                 if publish is not None:
                     publish.set_message_id(row[0])
-                return _new_job(alias, row, definition.name, opts, args, kwargs, carrier)
+                return new_job(model, alias, row, definition.name, opts, args, kwargs, carrier)
             for lookup, key in lookups:
                 if key is not None:
                     cursor.execute(lookup, [key])
                     row = cursor.fetchone()
                     if row is not None:
-                        return _row_to_job(alias, row)
+                        return _row_to_job(model, alias, row)
     raise RuntimeError(failure)
 
 
-def _enqueue_flow(
-    definition: JobDefinition,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    opts: dict[str, Any],
-    alias: str,
-    args_text: str,
-    kwargs_text: str,
-) -> Job:
-    """Enqueue a job with a concurrency key and/or a unique_while key (keys.py).
+def flow_keys(
+    definition: JobDefinition, args: list[Any], kwargs: dict[str, Any], opts: dict[str, Any]
+) -> None:
+    """Compute the concurrency key and the unique_while key (keys.py) into ``opts``.
 
-    ``ON CONFLICT DO NOTHING`` covers both unique indexes: a concurrent enqueue of
-    the same unique key waits for the other transaction and then writes nothing,
-    so two racing enqueues make one row. The caller then gets the job that holds
-    the key (or the idempotency key).
+    The flow members of JOB_INSERT say ``ON CONFLICT DO NOTHING``, which covers both
+    unique indexes: a concurrent enqueue of the same unique key waits for the other
+    transaction and then writes nothing, so two racing enqueues make one row. The
+    caller then gets the job that holds the key (or the idempotency key).
     """
     keys.format_check(definition, args, kwargs)
     ckey = keys.concurrency_key(definition, args, kwargs)
     opts["concurrency_key"] = ckey
     opts["concurrency_limit"] = definition.concurrency_limit if ckey is not None else None
     opts["unique_key"] = keys.unique_key(definition, args, kwargs, opts.get("unique_key"))
-    _, job_by_key, _ = _columns()
-    by_unique = job_by_key.replace("WHERE idempotency_key = %s", sql.JOB_BY_UNIQUE_KEY_WHERE)
-    return _insert(
-        definition,
-        args,
-        kwargs,
-        opts,
-        alias,
-        _insert_params(definition, opts, args_text, kwargs_text),
-        flow=True,
-        # a key is taken: return the job that holds it, writing nothing
-        lookups=[(job_by_key, opts["idempotency_key"]), (by_unique, opts["unique_key"])],
-        failure=f"could not enqueue {definition.name}: its key stayed taken",
-    )
 
 
 def enqueue_by_name(
     task: str,
     *,
+    model: type[Job],
     args: Sequence[Any] | None = None,
     kwargs: Mapping[str, Any] | None = None,
     using: str | None = None,
     **options: Any,
 ) -> Job:
-    """``Job.objects.enqueue("app.jobs.name", args=[...], ...)``: only registered names."""
+    """``Job.objects.enqueue("app.jobs.name", args=[...], ...)``: only registered names
+    (``model``: the manager's)."""
     if not isinstance(task, str):
         raise TypeError(f"task must be the registered name of a @job (str), got {task!r}")
     if args is not None and not isinstance(args, list | tuple):
@@ -323,7 +312,9 @@ def enqueue_by_name(
         raise TypeError(f"kwargs of {task} must be a dict, got {type(kwargs).__name__}")
     definition = registry.get(task)
     checked = check_options(options)
-    return enqueue_one(definition, list(args or []), dict(kwargs or {}), checked, using=using)
+    return enqueue_one(
+        definition, list(args or []), dict(kwargs or {}), checked, model=model, using=using
+    )
 
 
 def _split_call(item: Any, task: str, index: int) -> tuple[list[Any], dict[str, Any]]:
@@ -396,6 +387,9 @@ def enqueue_batch(
     if opts["timeout"] is not None:
         rows = [(*row, opts["timeout"]) for row in rows]
         columns += ", timeout"
+    if opts["workflow_id"] is not None:  # inside a batch() block: every row joins it
+        rows = [(*row, opts["workflow_id"]) for row in rows]
+        columns += ", workflow_id"
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     # savepoint=False: inside a caller's atomic() this adds no SAVEPOINT round trips.
@@ -411,17 +405,15 @@ def enqueue_batch(
             rows = [(*row, context_text) for row in rows]
         run_at = opts["run_at"]
         if opts["delay"] is not None:  # the database's clock, as for a single enqueue
-            cursor.execute(sql.DELAYED_RUN_AT, [opts["delay"].total_seconds()])
+            cursor.execute(DELAYED_RUN_AT, [opts["delay"].total_seconds()])
             run_at = cursor.fetchone()[0]
         if with_run_at:  # last, as each row gets it last below
             columns += ", run_at"
         if with_run_at:
             rows = [(*row, run_at) for row in rows]
         for start in range(0, len(rows), BULK_BATCH):
-            _copy_rows(
-                cursor, f"COPY {sql.JOB} ({columns}) FROM STDIN", rows[start : start + BULK_BATCH]
-            )
-        cursor.execute(sql.JOB_NOTIFY, [opts["queue"]])
+            _copy_rows(cursor, JOB_COPY.format(columns=columns), rows[start : start + BULK_BATCH])
+        cursor.execute(JOB_NOTIFY, [opts["queue"]])
     return len(rows)
 
 

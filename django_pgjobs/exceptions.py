@@ -26,3 +26,8 @@ class JobTimeout(PgJobsError):
 
 class WorkerLost(PgJobsError):
     """Recorded by the reaper on a job whose worker stopped heartbeating."""
+
+
+class JobCrashed(PgJobsError):
+    """Recorded on a suspect's isolated run whose process died (an exit, a signal)
+    without reporting an outcome: the run is charged to the job."""

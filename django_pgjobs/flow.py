@@ -1,6 +1,6 @@
 """Flow control: queues as rows (pause, ``max_running``, ``rate``), per-key limits.
 
-The limits are enforced by the claim statement itself (``sql.JOB_CLAIM_LIMITED_*``),
+The limits are enforced by the claim statement itself (``JOB_CLAIM_LIMITED_*``),
 so they hold across every worker and host. This module decides, per worker, which
 claim to run: a worker caches the queue rows that limit something (refreshed every
 ``POLL_INTERVAL`` and at once on a queue-change NOTIFY) and takes the unlimited
@@ -22,9 +22,16 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import registry, sql
+from django_pgjobs import claims, registry
 from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.db.claim import Claimed, pending_queues
+from django_pgjobs.db.claim_limited import queue_limits
+from django_pgjobs.db.job_outcome import job_release
+from django_pgjobs.db.notify import JOB_NOTIFY
+from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.safetext import printable
+from django_pgjobs.states import TERMINAL
+from django_pgjobs.validation import check_queue
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -59,8 +66,6 @@ def check_max_running(value: Any, where: str = "max_running") -> int | None:
 
 def queue_problems(queues: dict[str, Any]) -> list[str]:
     """Everything wrong with a ``PGJOBS["QUEUES"]`` value, one message per problem."""
-    from django_pgjobs.validation import check_queue
-
     problems: list[str] = []
     for name, entry in queues.items():
         where = f"PGJOBS['QUEUES'][{name!r}]"
@@ -125,7 +130,7 @@ def sync_after_migrate(*, using: str = "default", plan: Any = None, **kwargs: An
     the table exists: a migrate back to zero leaves no table to write)."""
     if using != get_settings().DATABASE or not get_settings().QUEUES:
         return
-    if sql.QUEUE not in connections[using].introspection.table_names():
+    if QUEUE not in connections[using].introspection.table_names():
         return
     sync_queues(using)
 
@@ -144,17 +149,81 @@ def sync_queues_quietly(alias: str) -> None:
 def notify_changed(alias: str) -> None:
     """Wake every worker to re-read the queue rows (delivered at commit)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.JOB_NOTIFY, [QUEUES_CHANGED])
+        cursor.execute(JOB_NOTIFY, [QUEUES_CHANGED])
 
 
-def _set_paused(names: Iterable[str], paused: bool, using: str | None) -> list[str]:
+def declared_queues() -> set[str]:
+    """Queues the code names: ``@job(queue=...)`` defaults, ``PGJOBS["QUEUES"]`` and
+    ``PGJOBS["CRON"]`` entries, and the Tasks backend's ``QUEUES`` option."""
+    conf = get_settings()
+    names = {d.queue for d in registry.all_definitions()}
+    names |= {str(q) for q in conf.QUEUES}
+    names |= {str(e.get("queue", "default")) for e in conf.CRON.values() if isinstance(e, dict)}
+    names.add("default")
+    try:
+        from django.conf import settings
+
+        for backend in (getattr(settings, "TASKS", None) or {}).values():
+            if "pgjobs" in str(backend.get("BACKEND", "")):
+                names |= {str(q) for q in backend.get("QUEUES") or ()}
+    except (AttributeError, TypeError):
+        pass
+    return names
+
+
+def check_alias(alias: str, argument: str = "using") -> str:
+    """``alias`` if ``DATABASES`` has it, else a ``ValueError`` naming ``argument``."""
+    known = set(connections.settings)
+    if alias not in known:
+        raise ValueError(
+            f"{argument}: no database alias {alias!r} in DATABASES (it has "
+            f"{', '.join(sorted(known))}).{suggest(alias, known)}"
+        )
+    return alias
+
+
+def unknown_queues(names: Sequence[str], alias: str) -> list[str]:
+    """The names no code declares, no queue row holds and no live job is on: most
+    likely typos. Reads the database only for names the code does not declare."""
+    from django_pgjobs.models import Job, Queue
+
+    rest = [n for n in names if n not in declared_queues()]
+    if not rest:
+        return []
+    seen = set(Queue.objects.using(alias).filter(name__in=rest).values_list("name", flat=True))
+    seen |= set(
+        Job.objects.using(alias)
+        .filter(queue__in=set(rest) - seen)
+        .exclude(status__in=TERMINAL)
+        .values_list("queue", flat=True)
+        .distinct()
+    )
+    return [n for n in rest if n not in seen]
+
+
+def _set_paused(
+    names: Iterable[str], paused: bool, using: str | None, create: bool = False
+) -> list[str]:
     from django_pgjobs.models import Queue
-    from django_pgjobs.validation import check_queue
 
     names = [check_queue(n) for n in names]
     if not names:
         raise ValueError("name at least one queue")
-    alias = using or get_settings().DATABASE
+    alias = check_alias(using) if using is not None else get_settings().DATABASE
+    unknown = [] if create else unknown_queues(names, alias)
+    if unknown:
+        known = declared_queues() | set(
+            Queue.objects.using(alias).values_list("name", flat=True)[:1000]
+        )
+        hints = "".join(suggest(n, known) for n in unknown)
+        verb = "pause" if paused else "resume"
+        it, s = ("them", "s") if len(unknown) > 1 else ("it", "")
+        raise UnknownQueue(
+            f"unknown queue{s} {', '.join(map(repr, unknown))}: no @job, PGJOBS['QUEUES'] "
+            f"or CRON entry names {it}, no queue row holds {it} and no job is on {it}, so "
+            f"nothing was changed.{hints} To {verb} {it} anyway (a queue you are about to "
+            f"use), pass create=True ({verb}_queue --create)."
+        )
     with transaction.atomic(using=alias):
         for name in names:
             Queue.objects.using(alias).update_or_create(name=name, defaults={"paused": paused})
@@ -163,19 +232,30 @@ def _set_paused(names: Iterable[str], paused: bool, using: str | None) -> list[s
             # Wake idle workers of these queues: their pending jobs are claimable again.
             with connections[alias].cursor() as cursor:
                 for name in names:
-                    cursor.execute(sql.JOB_NOTIFY, [name])
+                    cursor.execute(JOB_NOTIFY, [name])
     return names
 
 
-def pause_queue(name: str, *more: str, using: str | None = None) -> list[str]:
+class UnknownQueue(ValueError):
+    """``pause_queue``/``resume_queue`` named a queue nothing knows (likely a typo)."""
+
+
+def pause_queue(name: str, *more: str, using: str | None = None, create: bool = False) -> list[str]:
     """Stop every worker from claiming from these queues; running jobs finish and
-    enqueueing still works. Takes effect at once with LISTEN, else within POLL_INTERVAL."""
-    return _set_paused([name, *more], True, using)
+    enqueueing still works. Takes effect at once with LISTEN, else within POLL_INTERVAL.
+
+    A name that no code declares, no queue row holds and no job is on raises
+    ``UnknownQueue`` (with a suggestion) and nothing is written, unless ``create=True``:
+    a typo must not leave the real queue running while an unused one is paused."""
+    return _set_paused([name, *more], True, using, create)
 
 
-def resume_queue(name: str, *more: str, using: str | None = None) -> list[str]:
-    """Undo ``pause_queue``: workers claim from these queues again (woken by NOTIFY)."""
-    return _set_paused([name, *more], False, using)
+def resume_queue(
+    name: str, *more: str, using: str | None = None, create: bool = False
+) -> list[str]:
+    """Undo ``pause_queue``: workers claim from these queues again (woken by NOTIFY).
+    Unknown names are refused like ``pause_queue``'s."""
+    return _set_paused([name, *more], False, using, create)
 
 
 @dataclass(frozen=True)
@@ -218,7 +298,7 @@ class FlowState:
         self.refresh = get_settings().POLL_INTERVAL if refresh is None else refresh
         self._loaded_at: float | None = None
         self.limits: dict[str, QueueLimits] = {}
-        # Every-queue workers: the queues with pending jobs (sql.PENDING_QUEUES),
+        # Every-queue workers: the queues with pending jobs (PENDING_QUEUES),
         # claimed from by name. None: to be read again before the next claim.
         # ``notified``: NOTIFYs reach this worker (LISTEN), so a queue that gets its
         # first job is announced (saw_queue); without them, an empty claim re-reads
@@ -241,13 +321,11 @@ class FlowState:
             self.pending = None
 
     def load(self, connection: BaseDatabaseWrapper) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(sql.QUEUE_LIMITS)
-            self.limits = {r[0]: QueueLimits(*r) for r in cursor.fetchall()}
+        self.limits = {r[0]: QueueLimits(*r) for r in queue_limits(connection)}
         self._loaded_at = time.monotonic()
 
     def claim_options(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
-        """Keyword arguments for ``sql.claim``: ``queues``, ``tasks``, ``limited``."""
+        """Keyword arguments for ``claims.claim``: ``queues``, ``tasks``, ``limited``."""
         if self._loaded_at is None or time.monotonic() - self._loaded_at >= self.refresh:
             self.load(connection)
         queues = self.queues
@@ -270,26 +348,28 @@ class FlowState:
         pending = self.pending
         if pending is None or now - self._pending_at >= self.refresh:
             seen = self._seen
-            pending = sql.pending_queues(connection)
+            pending = pending_queues(connection)
             # A NOTIFY while the list was read may name a queue it missed: keep the
             # list for this claim only.
             self.pending = pending if seen == self._seen else None
             self._pending_at = now
         return pending
 
-    def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[sql.Claimed]:
+    def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[Claimed]:
         """Claim up to ``n`` jobs of known tasks.
 
         The fast path is the 0.1 claim exactly, with no task filter: in steady state
         every pending job is of a known task, and the filter measurably slowed the
         hottest statement. The first job of an unknown task it meets is given back
-        at once, uncounted (``sql.release``), and from then on this worker claims
+        at once, uncounted (``job_release``), and from then on this worker claims
         with the known-task filter, so it never takes such a job again.
         """
         options = self.claim_options(connection)
         # queues == []: every queue of this worker is paused, or none has pending jobs.
         claimed = (
-            [] if options["queues"] == [] else sql.claim(connection, worker=worker, n=n, **options)
+            []
+            if options["queues"] == []
+            else claims.claim(connection, worker=worker, n=n, **options)
         )
         if not claimed and self.queues is None and not self.notified:
             self.pending = None  # no NOTIFY announces a new queue: read the list again
@@ -298,7 +378,7 @@ class FlowState:
             if unknown:
                 self.skew_seen = True
                 for c in unknown:
-                    sql.release(connection, id=c.id, lease=c.lease)
+                    job_release(connection, id=c.id, lease=c.lease)
                 logger.warning(
                     "worker %s gave back %d job(s) of task(s) it does not know (%s), uncounted; "
                     "they wait for a worker that registers them (a rolling deploy?) and this "
@@ -306,13 +386,7 @@ class FlowState:
                     worker,
                     len(unknown),
                     ", ".join(sorted({printable(c.task) for c in unknown})),
-                    _discovery_hint(),
+                    registry.DISCOVERY_HINT,
                 )
                 claimed = [c for c in claimed if c.task in self._known]
         return claimed
-
-
-def _discovery_hint() -> str:
-    from django_pgjobs.worker.skew import DISCOVERY_HINT
-
-    return DISCOVERY_HINT

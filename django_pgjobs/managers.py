@@ -7,27 +7,23 @@ method is also a manager method without hand forwarding.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, models, router
+from django.db import models
 from django.db.models import Expression, F, Func, IntegerField, Q, TextField
 from django.db.models.functions import Cast, Now
 from django.db.models.lookups import IsNull
 from django.utils import timezone
 
+from django_pgjobs import operations
+from django_pgjobs.db import job_admin
+from django_pgjobs.enqueue import enqueue_by_name
 from django_pgjobs.states import TERMINAL, JobStatus
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job
-    from django_pgjobs.sql import Retried as sql_Retried
-
-logger = logging.getLogger("django_pgjobs")
-
-#: Most ids one fenced retry/cancel statement receives (the admin actions use the same).
-CHUNK = 1_000
 
 #: The order jobs are claimed in: the claim index's order (models.Job.Meta).
 CLAIM_ORDER = ("-priority", "run_at", "id")
@@ -35,7 +31,7 @@ CLAIM_ORDER = ("-priority", "run_at", "id")
 
 class StatementParam(Expression):
     """A named parameter (``%(name)s``) of a statement that is compiled once from a
-    queryset and then run with the hot path's own parameters (``sql.claim_statements``).
+    queryset and then run with the hot path's own parameters (``claims.claim_statements``).
     It compiles to ``%s`` with itself as the value, which the statement builder turns
     back into ``%(name)s``; such a queryset is compiled, never evaluated."""
 
@@ -52,7 +48,7 @@ class StatementParam(Expression):
 
 class TextArray(Expression):
     """``<value>::text[]``: a list of strings, or a ``StatementParam`` holding the array
-    (the worker passes its task names as one ``text[]`` literal, see ``sql.task_array``)."""
+    (the worker passes its task names as one ``text[]`` literal, see ``db.claim.task_array``)."""
 
     def __init__(self, value: Sequence[str] | StatementParam):
         super().__init__(output_field=TextField())
@@ -99,11 +95,11 @@ class JobQuerySet(models.QuerySet["Job"]):
         locked ``FOR UPDATE SKIP LOCKED`` (so evaluate it inside ``transaction.atomic()``;
         rows another transaction holds are passed over, never waited for).
 
-        This is the worker's claim: ``sql.claim`` runs this queryset compiled once into
+        This is the worker's claim: ``claims.claim`` runs this queryset compiled once into
         the inner SELECT of a single ``WITH picked AS (...) UPDATE ... RETURNING``
         statement (queue, task names and LIMIT become that statement's parameters).
         The task filter is ``array_position(tasks, task) IS NOT NULL``, not ``task IN
-        (...)``: see ``sql.py`` on how the planner estimates the two."""
+        (...)``: see ``db/claim.py`` on how the planner estimates the two."""
         qs = self.filter(status=JobStatus.PENDING, run_at__lte=TransactionNow())
         if isinstance(queues, str | Expression):
             qs = qs.filter(queue=queues)
@@ -146,70 +142,29 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
 
     def cancellable(self) -> JobQuerySet:
-        """The jobs ``cancel()`` would change: pending or running."""
-        return self.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING])
+        """The jobs ``cancel()`` would change: blocked, pending or running."""
+        return self.filter(status__in=[JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING])
 
     def retry(self, *, stale_after: float | None = None) -> int:
         """Put the selected dead, cancelled or stuck jobs back to pending, due now, attempts
         reset, lease bumped (a stuck job's zombie is fenced) — the admin's Retry action.
-        Other jobs in the selection are left alone. Returns how many jobs changed."""
-        return len(self.retry_detailed(stale_after=stale_after).changed)
+        A workflow job whose parents have not all finished goes back to blocked, and
+        the dependents its failure cancelled wait for it again. Other jobs in the
+        selection are left alone. Returns how many jobs changed."""
+        return len(operations.retry(self, stale_after=stale_after).changed)
 
-    def retry_detailed(self, *, stale_after: float | None = None) -> sql_Retried:
+    def retry_detailed(self, *, stale_after: float | None = None) -> job_admin.Retried:
         """``retry()``, also saying which jobs were skipped because their
         ``unique_while`` key is held by another pending or running job (SPEC §11: like a
         second enqueue of the key, such a retry writes nothing): ``.changed`` is the set
         of retried ids, ``.held`` maps each skipped id to the id of the holder."""
-        from django_pgjobs import sql
-
-        seconds = _stale(stale_after)
-        held: dict[int, int] = {}
-
-        def statement(connection: Any, ids: list[int]) -> set[int]:
-            result = sql.retry_jobs(connection, ids, stale_after=seconds)
-            held.update(result.held)
-            return result.changed
-
-        changed: set[int] = set().union(*self._apply_each(statement))
-        for job_id, holder in sorted(held.items()):
-            logger.warning("job #%d not retried: its unique key is held by job #%d", job_id, holder)
-        return sql.Retried(changed, held)
+        return operations.retry(self, stale_after=stale_after)
 
     def cancel(self) -> int:
-        """Cancel the selected pending or running jobs (lease bumped, so a running job's
+        """Cancel the selected blocked, pending or running jobs (lease bumped, so a running job's
         result is rejected and its ``context.is_cancelled()`` turns true) — the admin's
         Cancel action. Returns how many jobs changed."""
-        from django_pgjobs import sql
-
-        return self._apply(sql.cancel)
-
-    def _apply(self, statement: Callable[[Any, list[int]], set[int]]) -> int:
-        return sum(len(changed) for changed in self._apply_each(statement))
-
-    def _apply_each(self, statement: Callable[[Any, list[int]], set[int]]) -> list[set[int]]:
-        alias = getattr(self, "_db", None) or router.db_for_write(
-            self.model, **getattr(self, "_hints", {})
-        )
-        connection = connections[alias]
-        return [statement(connection, ids) for ids in self._id_chunks()]
-
-    def _id_chunks(self) -> Iterator[list[int]]:
-        """The selection's ids in ascending chunks (keyset pagination: each chunk is a
-        fresh query, so a huge selection never sits in memory at once)."""
-        if self.query.is_sliced:  # .filter(...)[:10].retry(): take the slice as given
-            ids = sorted(self.values_list("id", flat=True))
-            for start in range(0, len(ids), CHUNK):
-                yield ids[start : start + CHUNK]
-            return
-        base = self.order_by().values_list("id", flat=True)
-        last = None
-        while True:
-            page = base.filter(id__gt=last) if last is not None else base
-            ids = list(page.order_by("id")[:CHUNK])
-            if not ids:
-                return
-            yield ids
-            last = ids[-1]
+        return len(operations.cancel(self))
 
 
 def _stale(stale_after: float | None) -> float:
@@ -224,9 +179,9 @@ _BaseJobManager = models.Manager.from_queryset(JobQuerySet)
 class JobManager(_BaseJobManager["Job"]):
     def enqueue(self, task: str, *, args: Any = None, kwargs: Any = None, **options: Any) -> Job:
         """Enqueue a registered job by name; same options and guarantees as ``.enqueue()``."""
-        from django_pgjobs.enqueue import enqueue_by_name
-
-        return enqueue_by_name(task, args=args, kwargs=kwargs, using=self._db, **options)
+        return enqueue_by_name(
+            task, model=self.model, args=args, kwargs=kwargs, using=self._db, **options
+        )
 
     async def aenqueue(
         self, task: str, *, args: Any = None, kwargs: Any = None, **options: Any

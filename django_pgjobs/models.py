@@ -1,7 +1,11 @@
-"""Tables: ``Job`` (the queue and its history), ``JobResult`` and ``Worker``.
+"""Tables: ``Job`` (the queue and its history), ``JobResult`` (a completed job's return
+value), ``Worker`` (one row per live ``runjobs``), ``Queue`` (pause and limits),
+``KnownTask`` (when a live worker last knew a task), ``HeldSlot`` (limit slots of
+runs written off while their thread goes on), and ``Minute`` / ``RollupMark`` (finished
+jobs counted per minute, for the pages that show the last hour).
 
-No business logic lives here. State changes go through ``sql.py`` (fenced by
-``lease``), never through ``Job.save()``. The schema holds the invariants as
+No business logic lives here. State changes go through the statements of ``db/``
+(fenced by ``lease``), never through ``Job.save()``. The schema holds the invariants as
 CHECK constraints so that no code path, ours or a user's psql session, can
 break them.
 """
@@ -14,11 +18,34 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from django_pgjobs.apps import require_installed
+from django_pgjobs import decoding
+from django_pgjobs.conf import get_settings
+from django_pgjobs.installed import require_installed
 from django_pgjobs.managers import JobManager
 from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
 
 require_installed("django_pgjobs.models")
+
+
+class StoredJSONField(models.JSONField):
+    """A ``JSONField`` whose stored value, when ``json.loads`` cannot decode it (a
+    number of more than 4,300 digits, nesting deeper than the recursion limit, as
+    psql can write), reads as an ``Undecodable`` placeholder: the one row shows it,
+    the page, list or report that read it does not fail. Migrations see a plain
+    ``JSONField`` (same column, same deconstruction)."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        try:
+            decoded = super().from_db_value(value, expression, connection)
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return decoding.undecodable(exc)
+        if isinstance(value, str | bytes):  # nesting Python 3.12+ decodes, and then chokes on
+            return decoding.bounded(value, decoded)
+        return decoded
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
 
 
 class Job(models.Model):
@@ -28,8 +55,8 @@ class Job(models.Model):
     task = models.CharField(max_length=255)
     queue = models.CharField(max_length=100, db_default="default")
     priority = models.SmallIntegerField(db_default=0, help_text="-100..100, higher runs first")
-    args = models.JSONField(db_default=models.Value([], models.JSONField()))
-    kwargs = models.JSONField(db_default=models.Value({}, models.JSONField()))
+    args = StoredJSONField(db_default=models.Value([], models.JSONField()))
+    kwargs = StoredJSONField(db_default=models.Value({}, models.JSONField()))
     status = models.CharField(
         max_length=16, choices=JobStatus.choices, db_default=JobStatus.PENDING
     )
@@ -43,7 +70,7 @@ class Job(models.Model):
     lease = models.BigIntegerField(db_default=0, help_text="fencing token, bumped on every claim")
     worker = models.CharField(max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
-    errors = models.JSONField(db_default=models.Value([], models.JSONField()))
+    errors = StoredJSONField(db_default=models.Value([], models.JSONField()))
     last_error = models.TextField(null=True, blank=True)
     timeout = models.FloatField(
         null=True, blank=True, help_text="seconds a run may take (empty: no limit)"
@@ -56,7 +83,29 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=600, null=True, blank=True)
     # W3C trace context (traceparent, tracestate) of the enqueue, when OpenTelemetry
     # is in use: the worker's span for the job is its child. NULL otherwise.
-    trace_context = models.JSONField(null=True, blank=True, editable=False)
+    trace_context = StoredJSONField(null=True, blank=True, editable=False)
+    # Workflows (release 0.3, db/workflows.py and db/workflow_trigger.py). All NULL for a plain job, so a plain
+    # job pays nothing for them. ``workflow_id``: the run the job belongs to (a
+    # workflow, chain, group, chord or batch). ``waiting``: how many of its parents
+    # have not finished (NULL: a member of a batch, which has no parents); a blocked
+    # job has waiting > 0 and is released by the completion of its last parent.
+    # ``failed_parents``: how many of its parents ended dead or cancelled (NULL: a
+    # job without parents, so the worker does not look for their results).
+    # ``cancelled_by``: the parent whose failure cancelled it (a retry of that parent
+    # resumes it). ``node``: its name in the workflow (NULL: its id).
+    workflow_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    node = models.CharField(max_length=255, null=True, blank=True, editable=False)
+    waiting = models.IntegerField(null=True, blank=True, editable=False)
+    failed_parents = models.IntegerField(null=True, blank=True, editable=False)
+    cancelled_by = models.BigIntegerField(null=True, blank=True, editable=False)
+    # Reclaimed from a lost worker (the reaper sets it): the job may be what killed
+    # that worker, so it runs alone in a child process (worker/isolated.py) until a
+    # run of it ends normally (completed or failed), which clears it.
+    suspect = models.BooleanField(
+        db_default=False,
+        editable=False,
+        help_text="reclaimed from a lost worker: runs alone in a child process until a run ends normally",
+    )
 
     objects = JobManager()
 
@@ -95,6 +144,19 @@ class Job(models.Model):
                 name="pgjobs_job_status_idx",
                 condition=Q(status__in=sorted(TERMINAL)),
             ),
+            # Workflows: the nodes of a run (cancel, the graph, a batch's members),
+            # and the blocked jobs per queue (jobs_status, metrics, the repair pass).
+            # Partial: plain jobs have no entry in either.
+            models.Index(
+                fields=["workflow_id", "id"],
+                name="pgjobs_job_workflow_idx",
+                condition=Q(workflow_id__isnull=False),
+            ),
+            models.Index(
+                fields=["queue", "id"],
+                name="pgjobs_job_blocked_idx",
+                condition=Q(status=JobStatus.BLOCKED),
+            ),
         ]
         constraints = [
             # Partial: rows without a key stay out of the index (cheaper inserts).
@@ -108,8 +170,11 @@ class Job(models.Model):
             # all) stay out of it, and a finished job frees its key.
             models.UniqueConstraint(
                 fields=["unique_key"],
+                # blocked too (release 0.3): a workflow node holds its key from its
+                # enqueue, so its release can never collide with another holder.
                 condition=Q(
-                    unique_key__isnull=False, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
+                    unique_key__isnull=False,
+                    status__in=[JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING],
                 ),
                 name="pgjobs_job_unique_active_uniq",
             ),
@@ -134,6 +199,11 @@ class Job(models.Model):
                 ),
                 name="pgjobs_job_finished_iff_terminal",
             ),
+            # A blocked job waits for at least one parent (or its batch).
+            models.CheckConstraint(
+                condition=~Q(status=JobStatus.BLOCKED) | Q(waiting__isnull=False, waiting__gte=1),
+                name="pgjobs_job_blocked_waits",
+            ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1, attempts__gte=0)
                 & Q(attempts__lte=models.F("max_attempts")),
@@ -152,8 +222,6 @@ class Job(models.Model):
     def result(self) -> Any:
         """The stored return value of a completed job, or ``None``. Read from the
         database the row came from, else from ``PGJOBS["DATABASE"]``."""
-        from django_pgjobs.conf import get_settings
-
         alias = self._state.db or get_settings().DATABASE
         row = JobResult.objects.using(alias).filter(job_id=self.id).first()
         return None if row is None else row.value
@@ -170,7 +238,7 @@ class JobResult(models.Model):
 
     job_id = models.BigIntegerField(primary_key=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
-    value = models.JSONField(null=True, blank=True)
+    value = StoredJSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -193,12 +261,12 @@ class Worker(models.Model):
     id = models.CharField(max_length=255, primary_key=True)
     host = models.CharField(max_length=255)
     pid = models.IntegerField()
-    queues = models.JSONField(default=list)
+    queues = StoredJSONField(default=list)
     concurrency = models.IntegerField()
     started_at = models.DateTimeField(db_default=Now())
     last_seen = models.DateTimeField(db_default=Now())
     # Task names this process has registered: it claims only those (deploy skew).
-    tasks = models.JSONField(
+    tasks = StoredJSONField(
         default=list, blank=True, db_default=models.Value([], models.JSONField())
     )
 
@@ -234,7 +302,7 @@ class Queue(models.Model):
     )
     # Epoch seconds of the starts in the last period (jsonb: no dependency on
     # django.contrib.postgres, whose ArrayField Django 6.1 wants in INSTALLED_APPS).
-    rate_log = models.JSONField(
+    rate_log = StoredJSONField(
         default=list, blank=True, editable=False, db_default=models.Value([], models.JSONField())
     )
     updated_at = models.DateTimeField(auto_now=True)
@@ -272,3 +340,155 @@ class KnownTask(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Workflow(models.Model):
+    """One enqueued workflow, chain, group, chord or batch: its jobs carry its id.
+
+    A batch also keeps the count of its members' outcomes here, updated in the
+    transaction of each member's move (the trigger of ``db/workflow_trigger.py``), and fires
+    its callbacks once it is closed and every member has finished.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16)
+    created_at = models.DateTimeField(db_default=Now())
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Batches only.
+    closed_at = models.DateTimeField(null=True, blank=True)
+    members = models.IntegerField(null=True, blank=True)  # how many joined: counted at close
+    completed = models.IntegerField(db_default=0)
+    dead = models.IntegerField(db_default=0)
+    cancelled = models.IntegerField(db_default=0)
+    fired_at = models.DateTimeField(null=True, blank=True)
+    # [{"id": job id, "when": "complete" | "success" | "failure", "pass": bool}]
+    callbacks = StoredJSONField(db_default=models.Value([], models.JSONField()))
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The batches still to fire (the repair pass looks at the closed ones).
+            models.Index(
+                fields=["id"],
+                name="pgjobs_workflow_unfired_idx",
+                condition=Q(kind="batch", fired_at__isnull=True),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["workflow", "chain", "group", "chord", "batch"]),
+                name="pgjobs_workflow_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.id} {self.name}"
+
+
+class JobDependency(models.Model):
+    """An edge of a workflow: ``child`` waits for ``parent``. ``position`` orders a
+    child's parents (a chord's callback gets the group's results in that order).
+
+    No foreign keys, like ``JobResult``: an FK check would take a KEY SHARE lock on
+    the job rows at every insert, and edges outlive a pruned parent (its name stays
+    here for ``context.parent_results``).
+    """
+
+    pk = models.CompositePrimaryKey("child_id", "position")
+    child_id = models.BigIntegerField()
+    position = models.IntegerField()
+    parent_id = models.BigIntegerField()
+    parent_node = models.CharField(max_length=255, null=True, blank=True)
+    # What the child does when this parent ends dead or cancelled; the same on
+    # every edge of one child.
+    on_parent_failure = models.CharField(max_length=8, db_default="cancel")
+    # How the child receives its parents' results as arguments: "none" (only
+    # context.parent_results), "first" (a chain: the parent's result as the first
+    # positional argument), "list" (a chord: the list of results, in position order).
+    receives = models.CharField(max_length=8, db_default="none")
+
+    class Meta:
+        ordering = ["child_id", "position"]
+        indexes = [models.Index(fields=["parent_id", "child_id"], name="pgjobs_dep_parent_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(on_parent_failure__in=["cancel", "run"]),
+                name="pgjobs_dep_on_parent_failure_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(receives__in=["none", "first", "list"]),
+                name="pgjobs_dep_receives_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.child_id} after #{self.parent_id}"
+
+
+class HeldSlot(models.Model):
+    """A limit slot still held by a run the queue has written off (timed out, cancelled,
+    reclaimed) while its thread may still run: Python cannot stop a thread, so the
+    limited claim counts these beside the running rows (SPEC §11, "When features
+    meet"). Written in the same statement that writes the run off, for jobs with a
+    ``concurrency_key`` or of a queue with ``max_running``; deleted by the run's worker
+    when the thread has ended, at its exit, or by the reaper once that worker is gone.
+
+    No foreign key to ``Job`` (as ``JobResult``): the slot must outlive a pruned or
+    retried row, and the insert takes no lock on the job. One row per run: the job and
+    the lease of that run.
+    """
+
+    pk = models.CompositePrimaryKey("job_id", "lease")
+    job_id = models.BigIntegerField()
+    lease = models.BigIntegerField()
+    worker = models.CharField(max_length=255)
+    queue = models.CharField(max_length=100)
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    since = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["since"]
+
+    def __str__(self) -> str:
+        return f"slot of job #{self.job_id} (lease {self.lease}) held by {self.worker}"
+
+
+class Minute(models.Model):
+    """Jobs finished per minute, queue and final status, kept by the rollup pass of every
+    worker's maintenance loop (``maintenance/rollup.py``), so that the overview, its charts
+    and ``jobs_status`` read minutes, not jobs: their cost follows the number of minutes
+    and queues, never the throughput (issue #24).
+
+    ``finished``: jobs that reached ``status`` during ``minute``. ``waited_since``: the
+    earliest ``run_at`` among jobs *claimed* during ``minute`` that had waited (claimed
+    after their ``run_at``) and later reached ``status`` (the overview's lag line).
+    Counts are events: a job retried and finished again is counted at each finish, and
+    pruning a job leaves its minute alone. Rows older than ``ROLLUP_RETENTION`` go.
+    """
+
+    pk = models.CompositePrimaryKey("minute", "queue", "status")
+    minute = models.DateTimeField()
+    queue = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    finished = models.BigIntegerField(db_default=0)
+    waited_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["minute", "queue", "status"]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.queue} {self.status}: {self.finished}"
+
+
+class RollupMark(models.Model):
+    """The rollup's one row (``id = 1``): ``Minute`` holds exactly the jobs finished in
+    ``[rolled_from, rolled_to)``; readers count the rest from the jobs table. A pass locks
+    this row (``FOR UPDATE SKIP LOCKED``), so two workers never count a job twice."""
+
+    id = models.SmallIntegerField(primary_key=True)
+    rolled_from = models.DateTimeField(null=True, blank=True)
+    rolled_to = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"rolled up from {self.rolled_from} to {self.rolled_to}"

@@ -2,8 +2,9 @@
 
 Only functions registered here are ever executed. A worker claims only the tasks
 it has registered; a row naming a task no live worker knows waits, and is
-dead-lettered as "unknown task" only after ``UNKNOWN_TASK_TIMEOUT`` (skew.py). Nothing is ever imported by the dotted path
-stored in a row.
+dead-lettered as "unknown task" only after ``UNKNOWN_TASK_TIMEOUT``
+(``maintenance/unknown_tasks.py``). Nothing is ever imported by the dotted path stored
+in a row.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from typing import TYPE_CHECKING
 from django_pgjobs.exceptions import UnknownTask
 
 if TYPE_CHECKING:
-    from django_pgjobs.decorators import JobDefinition
+    from django_pgjobs.definition import JobDefinition
+
+#: Where ``@job`` functions must live to be found (said in errors and docs).
+DISCOVERY_HINT = (
+    "@job functions are registered when their module is imported: django-pgjobs imports "
+    "the `jobs` module of every installed app (myapp/jobs.py) and the modules listed in "
+    "PGJOBS['JOB_MODULES']; a @job defined anywhere else is unknown to workers"
+)
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -51,8 +59,6 @@ def get(name: str) -> JobDefinition:
     except KeyError:
         close = difflib.get_close_matches(name, list(_registry), n=3, cutoff=0.5)
         hint = f" Close names: {', '.join(close)}." if close else ""
-        from django_pgjobs.worker.skew import DISCOVERY_HINT
-
         raise UnknownTask(
             f"unknown task {name!r}: no @job function is registered under that name.{hint} "
             f"({DISCOVERY_HINT}.)"

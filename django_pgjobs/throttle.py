@@ -1,16 +1,21 @@
-"""Reconnect backoff with rate-limited logging, shared by every worker thread."""
+"""Reconnect backoff with rate-limited logging, shared by every worker thread.
+
+The delay is the retries' formula (``retry.backoff``, full jitter): one backoff in
+the package, from 0.1 s doubling up to 10 s.
+"""
 
 from __future__ import annotations
 
 import logging
-import random
 import time
+
+from django_pgjobs.retry import backoff
 
 logger = logging.getLogger("django_pgjobs")
 
 
 class Backoff:
-    """Exponential backoff with jitter (0.1 s .. 10 s) and at most one log line per 10 s."""
+    """Exponential backoff with full jitter (0.1 s .. 10 s) and at most one log line per 10 s."""
 
     def __init__(self, what: str, *, first: float = 0.1, cap: float = 10.0):
         self.what = what
@@ -43,5 +48,6 @@ class Backoff:
         self.failures = 0
 
     def delay(self) -> float:
-        ceiling = min(self.cap, self.first * 2 ** min(self.failures, 10))
-        return random.uniform(ceiling / 2, ceiling)
+        """Seconds to wait before the next try: ``uniform(0, min(cap, first * 2**(n-1)))``
+        after the n-th failure in a row."""
+        return backoff(self.failures, base=self.first, cap=self.cap)

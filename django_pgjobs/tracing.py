@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from django_pgjobs.version import __version__
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
@@ -43,8 +45,6 @@ def _tracer() -> Any:
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None  # nobody set a provider: spans would go nowhere
     if _cache[0] is not provider:
-        from django_pgjobs import __version__
-
         _cache = (provider, provider.get_tracer("django_pgjobs", __version__))
     return _cache[1]
 
@@ -93,7 +93,7 @@ def _publish(tracer: Any, task: str, queue: str, count: int) -> Iterator[Publish
 
 
 def job_span(claimed: Any) -> AbstractContextManager[Any]:
-    """Around the handler call of one attempt of ``claimed`` (an ``sql.Claimed``)."""
+    """Around the handler call of one attempt of ``claimed`` (a ``db.claim.Claimed``)."""
     tracer = _tracer()
     if tracer is None:
         return _OFF
@@ -105,9 +105,12 @@ def _process(tracer: Any, claimed: Any) -> Iterator[Any]:
     carrier = getattr(claimed, "trace_context", None)
     # The stored context alone is the parent (not whatever runs the job: a worker
     # thread has none; run_jobs may run inside a test's span).
-    parent = propagate.extract(
-        carrier if isinstance(carrier, dict) else {}, context=otel_context.Context()
-    )
+    try:
+        parent = propagate.extract(
+            carrier if isinstance(carrier, dict) else {}, context=otel_context.Context()
+        )
+    except Exception:  # noqa: BLE001 - a trace is never worth failing a job for
+        parent = otel_context.Context()
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": claimed.queue,

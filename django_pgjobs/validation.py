@@ -146,6 +146,25 @@ def check_json(value: Any, where: str, *, exact_floats: bool = True, _depth: int
     )
 
 
+#: One encoder for ``json_text``: ``json.dumps(..., ensure_ascii=False)`` would build
+#: a new one per call (enqueue's hot path).
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def json_text(value: Any) -> str:
+    """JSON text of ``value`` for a jsonb column: non-ASCII characters as themselves,
+    not ``\\uXXXX`` escapes, and PostgreSQL's own separators (``", "``, ``": "``), so
+    its UTF-8 size (``json_bytes``) is the size ``args::text`` has in the database."""
+    return _TEXT_ENCODER.encode(value)
+
+
+def json_bytes(text: str) -> int:
+    """UTF-8 bytes of a ``json_text``: the one size ``MAX_ARGS_BYTES`` and
+    ``MAX_RESULT_BYTES`` count, in Python as in ``pgjobs_enqueue``
+    (``octet_length(args::text)``). ``é`` is 2 bytes, not the 6 of ``\\u00e9``."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def check_size(
     func: Callable[..., Any],
     task: str,
@@ -155,9 +174,9 @@ def check_size(
     *,
     takes_context: bool = False,
 ) -> None:
-    """Refuse arguments whose JSON text (``size`` bytes: args plus kwargs) exceeds
-    ``PGJOBS["MAX_ARGS_BYTES"]``, naming the largest argument. Measured where the
-    value enters, so a huge row never reaches a worker or the admin."""
+    """Refuse arguments whose JSON text (``size``: ``json_bytes`` of args plus
+    kwargs) exceeds ``PGJOBS["MAX_ARGS_BYTES"]``, naming the largest argument. Measured
+    where the value enters, so a huge row never reaches a worker or the admin."""
     from django_pgjobs.conf import get_settings
 
     limit = get_settings().MAX_ARGS_BYTES
@@ -165,10 +184,10 @@ def check_size(
         return
     _, names, _ = _signature(func, takes_context)
     sizes = [
-        (len(json.dumps(v)), f"argument {names[i]!r}" if i < len(names) else f"argument #{i}")
+        (json_bytes(json_text(v)), f"argument {names[i]!r}" if i < len(names) else f"argument #{i}")
         for i, v in enumerate(args)
     ]
-    sizes += [(len(json.dumps(v)), f"argument {k!r}") for k, v in kwargs.items()]
+    sizes += [(json_bytes(json_text(v)), f"argument {k!r}") for k, v in kwargs.items()]
     largest, name = max(sizes) if sizes else (size, "the arguments")
     raise ValueError(
         f"{task}: {name} is {largest:,} bytes as JSON (all arguments: {size:,} bytes), more "
@@ -185,7 +204,7 @@ def check_result_size(value: Any, task: str) -> None:
     if value is None or isinstance(value, bool | int | float):
         return
     limit = get_settings().MAX_RESULT_BYTES
-    size = len(json.dumps(value))
+    size = json_bytes(json_text(value))
     if size > limit:
         raise TypeError(
             f"the return value of {task} is {size:,} bytes as JSON, more than "
@@ -285,25 +304,15 @@ def check_max_attempts(value: Any) -> int:
     return value
 
 
-def check_idempotency_key(value: Any) -> str | None:
+def check_key(value: Any, name: str) -> str | None:
+    """An ``idempotency_key`` or ``unique_key``: None, or 1-255 characters jsonb can store."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > 255:
         raise ValueError(
-            f"idempotency_key must be a non-empty string of at most 255 characters, got {value!r}"
+            f"{name} must be a non-empty string of at most 255 characters, got {value!r}"
         )
-    _storable_text(value, "idempotency_key")
-    return value
-
-
-def check_unique_key(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > 255:
-        raise ValueError(
-            f"unique_key must be a non-empty string of at most 255 characters, got {value!r}"
-        )
-    _storable_text(value, "unique_key")
+    _storable_text(value, name)
     return value
 
 
@@ -369,10 +378,9 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         out["priority"] = check_priority(options["priority"])
     if "max_attempts" in options:
         out["max_attempts"] = check_max_attempts(options["max_attempts"])
-    if "idempotency_key" in options:
-        out["idempotency_key"] = check_idempotency_key(options["idempotency_key"])
-    if "unique_key" in options:
-        out["unique_key"] = check_unique_key(options["unique_key"])
+    for key in ("idempotency_key", "unique_key"):
+        if key in options:
+            out[key] = check_key(options[key], key)
     if "timeout" in options:
         out["timeout"] = check_timeout(options["timeout"], "timeout")
     run_at = check_run_at(options.get("run_at"))

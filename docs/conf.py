@@ -16,7 +16,7 @@ author = "django-pgjobs developers"
 copyright = "django-pgjobs developers"  # noqa: A001 - Sphinx's name
 # Read the version without importing the package (importing needs Django settings).
 release = re.search(
-    r'^__version__ = "([^"]+)"', (ROOT / "django_pgjobs" / "__init__.py").read_text(), re.M
+    r'^__version__ = "([^"]+)"', (ROOT / "django_pgjobs" / "version.py").read_text(), re.M
 ).group(1)  # type: ignore[union-attr]
 version = release
 

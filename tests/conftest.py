@@ -20,12 +20,25 @@ from tests.dbrig import use_chosen_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A shell starts a background command (`scripts/dev test &`, nohup, a CI script's
+# legs) with SIGINT ignored, and an ignored signal is inherited across exec: the
+# runjobs and reap_jobs processes that tests stop with SIGINT would not stop. The
+# test run takes SIGINT back (Python's handler here, the default in its children).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
     """Choose (and start) the database server when a test first needs the database,
     just before pytest-django creates the test database (see tests/dbrig.py)."""
     use_chosen_database()
+
+
+def examples(n: int) -> int:
+    """``n`` Hypothesis examples, scaled by ``PGJOBS_PROPERTY_SCALE`` (default 1; CI's
+    Python x Django pair legs use fewer: the full count runs in the main leg)."""
+    return max(5, round(n * float(os.environ.get("PGJOBS_PROPERTY_SCALE", "1"))))
 
 
 def wait_until(
@@ -56,7 +69,7 @@ def run_burst_worker(worker: Any, timeout: float = 30.0) -> int:
         worker.request_stop()
         thread.join(10)
         raise AssertionError(
-            f"the burst worker hung: {worker.counts}, in flight {list(worker.inflight)}"
+            f"the burst worker hung: {worker.counts}, in flight {worker.inflight.ids()}"
         )
     return codes[0]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from django_pgjobs import job
+from django_pgjobs import JobContext, job
+from tests import run_records
 
 
 def timed(seconds: float) -> dict[str, float]:
@@ -49,3 +50,9 @@ def rebuild_index(name: str, seconds: float = 0.0) -> dict[str, float]:
 def new_in_this_release(i: int) -> dict[str, float]:
     """Unknown to a worker started with PGJOBS_TEST_OLD_WORKER=1."""
     return timed(0.01)
+
+
+@job(queue="slots-capped", takes_context=True)
+def capped_sleeper(context: JobContext, seconds: float) -> None:
+    """The queue gets max_running in the test; records its runs (tests/run_records.py)."""
+    run_records.recorded(context, "slots-capped", seconds)

@@ -4,7 +4,8 @@ the limited claim for everything it claims."""
 
 from __future__ import annotations
 
-from django_pgjobs import job
+from django_pgjobs import JobContext, job
+from tests import run_records
 from tests.flow_jobs import timed
 
 
@@ -20,3 +21,15 @@ def _account_key(payload: dict[str, str]) -> str:
 @job(queue="flow-keyed", concurrency_key=_account_key, concurrency_limit=3)
 def by_account(payload: dict[str, str]) -> None:
     return None
+
+
+@job(concurrency_key="wf:{group}", concurrency_limit=1)
+def keyed_step(group: str, seconds: float = 0.0) -> dict[str, float]:
+    """A workflow node with a concurrency key (tests/test_workflows.py)."""
+    return timed(seconds)
+
+
+@job(queue="slots-keyed", concurrency_key="slots:{key}", concurrency_limit=1, takes_context=True)
+def keyed_sleeper(context: JobContext, key: str, seconds: float) -> None:
+    """Limit 1 per key; records its runs (tests/run_records.py). Timeouts per call."""
+    run_records.recorded(context, f"slots:{key}", seconds)

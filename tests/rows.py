@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from django_pgjobs import sql
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.states import TERMINAL, JobStatus
 
@@ -43,7 +43,11 @@ def make_job(
     )
     now = timezone.now()
     fields: dict[str, Any] = {"status": status, "run_at": now + timedelta(seconds=run_at_delta)}
-    if status != JobStatus.PENDING:
+    if status == JobStatus.BLOCKED:  # a workflow node waiting for one parent
+        fields.update(waiting=1, failed_parents=0)
+        if lease is not None:
+            fields["lease"] = lease
+    if status not in (JobStatus.PENDING, JobStatus.BLOCKED):
         fields.update(
             attempts=1 if attempts is None else attempts,
             lease=1 if lease is None else lease,
@@ -63,7 +67,7 @@ def make_job(
 def snapshot(job_id: int) -> dict[str, Any]:
     """The whole row as JSON (every column), to prove a write changed nothing."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT row_to_json(j)::text FROM {sql.JOB} j WHERE id = %s", [job_id])
+        cursor.execute(f"SELECT row_to_json(j)::text FROM {JOB} j WHERE id = %s", [job_id])
         row = cursor.fetchone()
     import json
 
@@ -75,3 +79,10 @@ def statuses() -> dict[str, int]:
     from django.db.models import Count
 
     return dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
+
+
+def query(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Run ``statement`` on the test connection; its rows (none for a plain write)."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []

@@ -83,16 +83,28 @@ PGJOBS = {
     "REAPER_INTERVAL": 0.5,
     "POLL_INTERVAL": 0.5,
     "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),
+    # tests/test_liveness_process.py: the worker's heartbeat process off ("0").
+    "HEARTBEAT_PROCESS": os.environ.get("PGJOBS_TEST_HEARTBEAT_PROCESS", "1") == "1",
     "BACKOFF_BASE": 0.05,
     "BACKOFF_CAP": 0.2,
     # Flow-control test jobs live outside an app's jobs module (PGJOBS["JOB_MODULES"]);
     # a worker started with PGJOBS_TEST_OLD_WORKER=1 lacks them (a rolling deploy).
     # Workers load the job with a concurrency key only with PGJOBS_TEST_KEYED=1, so
     # the other tests' workers keep the unlimited fast-path claim.
-    "JOB_MODULES": ([] if os.environ.get("PGJOBS_TEST_OLD_WORKER") else ["tests.flow_jobs"])
+    "JOB_MODULES": (
+        []
+        if os.environ.get("PGJOBS_TEST_OLD_WORKER")
+        else ["tests.flow_jobs", "tests.workflow_jobs"]
+    )
     + (
         ["tests.flow_keyed_jobs"]
         if "pytest" in sys.modules or os.environ.get("PGJOBS_TEST_KEYED")
+        else []
+    )
+    # The model-based test's jobs (tests/model/): its workers run with PGJOBS_TEST_MODEL=1.
+    + (
+        ["tests.model.jobs"]
+        if "pytest" in sys.modules or os.environ.get("PGJOBS_TEST_MODEL")
         else []
     ),
 }
@@ -106,8 +118,18 @@ LOGGING = {
     "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
 }
 
+if os.environ.get("PGJOBS_TEST_MODEL"):
+    # The model-based test's workers (tests/model/) stamp each line with its time: a
+    # restart's line says when its abandoned threads ended.
+    LOGGING["formatters"] = {"stamped": {"format": "{created:.3f} {message}", "style": "{"}}
+    LOGGING["handlers"]["console"]["formatter"] = "stamped"  # type: ignore[index]
+
 TEMP_DIR = tempfile.gettempdir()
 
+if os.environ.get("PGJOBS_TEST_HEALTH_STUCK_AFTER"):  # tests/test_liveness.py
+    PGJOBS["HEALTH_STUCK_AFTER"] = float(os.environ["PGJOBS_TEST_HEALTH_STUCK_AFTER"])
+if os.environ.get("PGJOBS_TEST_METRICS_ADDRESS"):  # tests/test_metrics_bounded.py
+    PGJOBS["METRICS_ADDRESS"] = os.environ["PGJOBS_TEST_METRICS_ADDRESS"]
 if os.environ.get("PGJOBS_TEST_OTEL_FILE"):
     # A runjobs subprocess of tests/test_tracing.py: export its spans to this file.
     from tests.otel_export import install

@@ -16,7 +16,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_pgjobs.models import Job, Worker
+from django_pgjobs.models import Job, KnownTask, Worker
 from tests.test_admin_support import (
     OVERVIEW,
     REAP,
@@ -124,6 +124,59 @@ def test_search_by_id_task_and_idempotency_key(admin_client: Client) -> None:
     assert listed_ids(admin_client, changelist_url(q="nothing-like-this")) == []
 
 
+def test_search_for_a_task_nobody_knows_reads_no_job(admin_client: Client) -> None:
+    with connection.cursor() as cur:  # rows of a task this release no longer has
+        cur.execute(
+            "INSERT INTO django_pgjobs_job (task, status, finished_at) VALUES"
+            " ('gone.task', 'dead', now()) RETURNING id"
+        )
+        gone = cur.fetchone()[0]
+    with CaptureQueriesContext(connection) as captured:
+        assert listed_ids(admin_client, changelist_url(q="gone.task")) == []
+    assert not [
+        q for q in captured.captured_queries if "gone.task" in q["sql"] and '"task"' in q["sql"]
+    ]
+    # Once a worker knows the name (it registered it), the search looks for it.
+    KnownTask.objects.create(name="gone.task")
+    assert listed_ids(admin_client, changelist_url(q="gone.task")) == [gone]
+
+
+def test_task_and_queue_conditions_look_through_the_newest_jobs_of_the_list(
+    admin_client: Client, monkeypatch: Any
+) -> None:
+    """Neither column has an index over finished jobs: a task or queue filter or a task
+    search reads the newest SEARCH_WINDOW jobs of the list, says so, and links to the
+    window before; a narrower list is its own window; an id is found however old."""
+    import django_pgjobs.admin.job_list as job_admin
+
+    monkeypatch.setattr(job_admin, "SEARCH_WINDOW", 5)
+    failed = dead("reports")  # the oldest job, and the only dead one
+    old = add.using(queue="reports").enqueue(1, 1)
+    noop.enqueue_many([() for _ in range(6)])  # the newest 6: no add job among them
+    for url in (
+        changelist_url(q=add.name),
+        changelist_url(task=add.name),
+        changelist_url(queue="reports"),
+    ):
+        response = admin_client.get(url)
+        assert [j.id for j in response.context["cl"].result_list] == [], url
+        assert "looks through the newest 5 jobs of this list only" in text(response), url
+        older = (
+            reverse("admin:django_pgjobs_job_changelist") + response.context["cl"].older_window_url
+        )
+        assert "id__lt=" in older
+        assert listed_ids(admin_client, older) == (
+            [old.id, failed.id] if "queue=" in url else [old.id]
+        ), older
+    # The dead-lettered list holds one job: it is the whole window, nothing is left out.
+    response = admin_client.get(changelist_url(attention="dead", task=failed.task))
+    assert [j.id for j in response.context["cl"].result_list] == [failed.id]
+    assert "looks through the newest" not in text(response)
+    assert listed_ids(admin_client, changelist_url(q=str(failed.id))) == [failed.id]
+    # Unfiltered lists and lists without a task or queue condition have no window.
+    assert "looks through the newest" not in text(admin_client.get(changelist_url()))
+
+
 def test_detail_is_read_only_with_pretty_args_tracebacks_and_result(admin_client: Client) -> None:
     failed = dead(message="card declined")
     done = send_email.using(queue="emails").enqueue("ann@example.com", subject="hello")
@@ -137,6 +190,7 @@ def test_detail_is_read_only_with_pretty_args_tracebacks_and_result(admin_client
     assert "Traceback (most recent call last)" in body
     assert "ValueError: card declined" in body
     assert "attempt 1" in body
+    assert "Suspect" in body and "runs alone in a child process" in body
     assert 'name="_save"' not in response.content.decode(), "no save button: read-only"
     done_page = admin_client.get(reverse("admin:django_pgjobs_job_change", args=[done.id]))
     assert "&quot;to&quot;: &quot;ann@example.com&quot;" in done_page.content.decode(), (
@@ -274,7 +328,7 @@ def test_query_counts_stay_flat_as_rows_grow(admin_client: Client) -> None:
 
 
 def test_list_counts_are_capped_not_full(admin_client: Client, monkeypatch: Any) -> None:
-    import django_pgjobs.admin.jobs as job_admin
+    import django_pgjobs.admin.job_list as job_admin
 
     monkeypatch.setattr(job_admin, "COUNT_CAP", 5)
     add.enqueue_many([(i, i) for i in range(8)])

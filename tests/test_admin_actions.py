@@ -17,8 +17,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import JobContext, job, sql
+from django_pgjobs import JobContext, claims, job
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.job_admin import job_retry_now
+from django_pgjobs.db.job_outcome import job_complete_many, job_heartbeat
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker.loop import Worker
@@ -97,7 +99,7 @@ def test_retry_now_changes_dead_cancelled_and_stuck_and_skips_the_rest(
     assert [e["message"] for e in retried.errors] == ["first failure"], "error history kept"
     assert retried.last_error == "builtins.ValueError: first failure"
     # The stuck job's lost worker can no longer complete it.
-    assert sql.complete_many(connection, [(stuck.id, stuck.lease, "late")]) == set()
+    assert job_complete_many(connection, [(stuck.id, stuck.lease, "late")]) == set()
     assert Job.objects.get(id=stuck.id).status == "pending"
 
 
@@ -120,9 +122,9 @@ def test_retry_refuses_a_job_whose_state_moved_on(admin_client: Client, tmp_path
         j.id for j in admin_client.get(changelist_url(attention="dead")).context["cl"].result_list
     ]
     # ...meanwhile someone else retries it and a worker completes it.
-    assert sql.retry_now(connection, [job_row.id], stale_after=get_settings().STALE_AFTER) == {
-        job_row.id
-    }
+    assert job_retry_now(
+        connection, [job_row.id], stale_after=get_settings().STALE_AFTER
+    ).changed == {job_row.id}
     run_jobs()
     before = _snapshot(job_row)
     response = post_action(
@@ -151,8 +153,8 @@ def test_cancel_changes_pending_and_running_only(admin_client: Client) -> None:
     assert after[failed.id] == before[failed.id] and after[done.id] == before[done.id]
     # The worker that held the running job is fenced: heartbeat reports it lost and
     # its completion changes nothing.
-    assert sql.heartbeat(connection, [(busy.id, busy.lease)]) == {busy.id}
-    assert sql.complete_many(connection, [(busy.id, busy.lease, 1)]) == set()
+    assert job_heartbeat(connection, [(busy.id, busy.lease)]) == {busy.id}
+    assert job_complete_many(connection, [(busy.id, busy.lease, 1)]) == set()
     assert Job.objects.get(id=busy.id).status == "cancelled"
 
 
@@ -165,7 +167,6 @@ def test_cancelling_a_running_job_reaches_its_context(admin_client: Client) -> N
         concurrency=1,
         burst=True,
         maintenance=False,
-        install_signal_handlers=False,
         listen=False,
     )
     thread = threading.Thread(target=worker.run, daemon=True)
@@ -208,10 +209,14 @@ def test_retry_all_matching_a_filter(admin_client: Client) -> None:
 def test_reap_stuck_now(admin_client: Client) -> None:
     with_attempts_left = running("reports")
     add.using(queue="last", max_attempts=1).enqueue(1, 1)
-    [last_try] = sql.claim(connection, worker="admin-test-worker", queues=["last"], n=1)
-    # Its worker was lost once before, with the attempt given back: no more of that.
+    [last_try] = claims.claim(connection, worker="admin-test-worker", queues=["last"], n=1)
+    # A suspect whose worker was lost once before while it ran alone, with the attempt
+    # given back: no more of that (losses among neighbours are always refunded).
     Job.objects.filter(id=last_try.id).update(
-        errors=[{"type": "django_pgjobs.exceptions.WorkerLost", "refunded": True}]
+        errors=[
+            {"type": "django_pgjobs.exceptions.WorkerLost", "refunded": True, "isolated": True}
+        ],
+        suspect=True,
     )
     wait_stuck(with_attempts_left, Job.objects.get(id=last_try.id))
     fresh = running("emails")

@@ -98,3 +98,62 @@ def test_the_detail_page_cuts_huge_values_with_a_note(admin_client: Client) -> N
     assert "40 older entries not shown" in html  # MAX_ERRORS_KEPT = 20 newest
     assert "m60" in html and "m41" in html and "m40<" not in html
     assert len(response.content) < 250_000
+
+
+_UNDECODABLE = {
+    "huge number": "'[1e5000]'::jsonb",
+    "deep nesting": "(repeat('[', 3000) || repeat(']', 3000))::jsonb",
+    "deep object": "(repeat('{\"a\":', 3000) || '1' || repeat('}', 3000))::jsonb",
+}
+
+
+@pytest.mark.parametrize("column", ["trace_context", "errors", "kwargs"])
+@pytest.mark.parametrize("value", list(_UNDECODABLE.values()), ids=list(_UNDECODABLE))
+def test_undecodable_values_of_every_column_do_not_break_a_page(
+    admin_client: Client, column: str, value: str
+) -> None:
+    """Issue #22 row F: trace_context or errors holding 1e5000 or deep nesting was a 500
+    on the list and the detail page; the page now answers, with a placeholder."""
+    job = _hostile("'[]'::jsonb", **{column: value})
+    listed = admin_client.get(changelist_url())
+    assert listed.status_code == 200
+    assert listed_ids(admin_client, changelist_url()) == [job.id]
+    response = admin_client.get(_detail(job.id))
+    assert response.status_code == 200, column
+    html = response.content.decode()
+    if column == "errors":  # the error history says what it could not decode
+        assert "&lt;undecodable: " in html
+    elif column == "kwargs":  # shown as stored
+        assert "1000000000" in html or "[[[[" in html or "{&quot;a&quot;: {&quot;a&quot;" in html
+
+
+def test_an_undecodable_result_does_not_break_the_detail_page(admin_client: Client) -> None:
+    job = _hostile("'[]'::jsonb", status="'completed'", finished_at="now()")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_pgjobs_jobresult (job_id, value, created_at) "
+            "VALUES (%s, (repeat('[', 3000) || repeat(']', 3000))::jsonb, now())",
+            [job.id],
+        )
+    assert admin_client.get(_detail(job.id)).status_code == 200
+
+
+@pytest.mark.parametrize("term", ["%00", "a%00b", "%C0%80", "%FF"])
+def test_a_nul_in_a_filter_or_search_answers(admin_client: Client, term: str) -> None:
+    """Issue #22 row F: ``?queue=%00`` was a 500 (PostgreSQL text cannot hold NUL)."""
+    job = add.enqueue(1, 2)
+    for params in ({"queue": term}, {"q": term}, {"task": term}, {"status": term}):
+        response = admin_client.get(changelist_url(**params), follow=True)
+        assert response.status_code == 200, params
+        assert "Database error" not in response.content.decode(), params
+    assert listed_ids(admin_client, changelist_url()) == [job.id]
+
+
+@pytest.mark.parametrize("page", ["worker", "queue", "workflow"])
+@pytest.mark.parametrize("lookup", ["q=%00", "name=%00", "id=%00", "kind__exact=%00"])
+def test_a_nul_in_any_list_lookup_answers(admin_client: Client, page: str, lookup: str) -> None:
+    """Every list of the package takes a NUL in a lookup as a wrong lookup, not a 500."""
+    url = reverse(f"admin:django_pgjobs_{page}_changelist") + "?" + lookup
+    response = admin_client.get(url, follow=True)
+    assert response.status_code == 200
+    assert "Database error" not in response.content.decode()

@@ -14,8 +14,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import sql
+from django_pgjobs import claims
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.job_admin import job_cancel
+from django_pgjobs.db.job_outcome import job_heartbeat
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from tests.conftest import wait_until
@@ -54,14 +56,14 @@ def dead(queue: str = "default", message: str = "boom") -> Job:
 
 def running(queue: str = "default") -> Job:
     job = pending(queue)
-    claimed = sql.claim(connection, worker="admin-test-worker", queues=[queue], n=1)
+    claimed = claims.claim(connection, worker="admin-test-worker", queues=[queue], n=1)
     assert [c.id for c in claimed] == [job.id], "the queue must hold only this due job"
     return Job.objects.get(id=job.id)
 
 
 def cancelled(queue: str = "default") -> Job:
     job = pending(queue)
-    assert sql.cancel(connection, [job.id]) == {job.id}
+    assert job_cancel(connection, [job.id]) == {job.id}
     return Job.objects.get(id=job.id)
 
 
@@ -77,7 +79,7 @@ def wait_stuck(*jobs: Job) -> None:
 
 def keep_fresh(*jobs: Job) -> None:
     """Heartbeat running jobs now (as their live worker would)."""
-    lost = sql.heartbeat(connection, [(j.id, j.lease) for j in jobs])
+    lost = job_heartbeat(connection, [(j.id, j.lease) for j in jobs])
     assert not lost
 
 

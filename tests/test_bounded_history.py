@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_pgjobs import sql
+from django_pgjobs.db.job_admin import job_retry_now
+from django_pgjobs.db.job_outcome import job_dead, job_retry
+from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
 from tests.rows import make_job
@@ -51,9 +53,9 @@ def test_retry_and_dead_keep_the_newest_entries(bounded: None) -> None:
         job = _running_with_history(5)
         error = _entry(6, message="newest")
         if write == "retry":
-            assert sql.retry(connection, id=job.id, lease=1, delay=0, error=error)
+            assert job_retry(connection, id=job.id, lease=1, delay=0, error=error)
         else:
-            assert sql.dead(connection, id=job.id, lease=1, error=error)
+            assert job_dead(connection, id=job.id, lease=1, error=error)
         errors = Job.objects.get(id=job.id).errors
         assert [e["attempt"] for e in errors] == [4, 5, 6], write
         assert errors[-1]["message"] == "newest"
@@ -61,7 +63,7 @@ def test_retry_and_dead_keep_the_newest_entries(bounded: None) -> None:
 
 def test_the_reaper_keeps_the_newest_entries(bounded: None) -> None:
     job = _running_with_history(5)
-    sql.reap(connection, stale_after=10)
+    job_reap_stale(connection, stale_after=10)
     errors = Job.objects.get(id=job.id).errors
     assert [e["attempt"] for e in errors] == [4, 5, 1]
     assert errors[-1]["type"] == "django_pgjobs.exceptions.WorkerLost"
@@ -73,7 +75,7 @@ def test_admin_retry_trims_and_forgives_lost_workers(bounded: None) -> None:
     Job.objects.filter(id=job.id).update(
         errors=[_entry(1), _entry(2), _entry(3, **lost), _entry(4, **lost)]
     )
-    assert sql.retry_now(connection, [job.id], stale_after=60) == {job.id}
+    assert job_retry_now(connection, [job.id], stale_after=60).changed == {job.id}
     errors = Job.objects.get(id=job.id).errors
     assert [e["attempt"] for e in errors] == [2, 3, 4]
     assert [e.get("refunded") for e in errors] == [None, False, False]

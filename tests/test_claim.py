@@ -11,7 +11,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from django_pgjobs import sql
+from django_pgjobs import claims
+from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
 from tests.conftest import dsn
@@ -19,7 +21,7 @@ from tests.rows import make_job
 from tests.testapp import jobs
 
 
-def _ids(claimed: list[sql.Claimed]) -> list[int]:
+def _ids(claimed: list[Claimed]) -> list[int]:
     return [c.id for c in claimed]
 
 
@@ -33,11 +35,11 @@ def test_claim_takes_at_most_n_in_priority_then_age_order() -> None:
     Job.objects.filter(id__in=[j.id for j in same_time]).update(run_at=new.run_at)
 
     # The batch is the best n (RETURNING order itself is not part of the contract).
-    first = sql.claim(connection, worker="w", queues=["default"], n=3)
+    first = claims.claim(connection, worker="w", queues=["default"], n=3)
     assert set(_ids(first)) == {high.id, old.id, new.id}
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
     # One at a time shows the order: ties on run_at are broken by id.
-    rest = [_ids(sql.claim(connection, worker="w", queues=["default"], n=1)) for _ in range(4)]
+    rest = [_ids(claims.claim(connection, worker="w", queues=["default"], n=1)) for _ in range(4)]
     assert rest == [[i] for i in sorted(j.id for j in same_time)] + [[low.id], []]
     c = next(c for c in first if c.id == high.id)
     assert (c.attempt, c.lease, c.task, c.args, c.kwargs) == (
@@ -53,8 +55,8 @@ def test_claim_takes_at_most_n_in_priority_then_age_order() -> None:
 def test_claim_returns_what_the_worker_needs() -> None:
     job = jobs.send_email.using(idempotency_key="claim-k").enqueue("a@b.c", subject="x")
     Job.objects.filter(id=job.id).update(run_at=job.run_at.replace(year=2000))
-    [c] = sql.claim(connection, worker="w", queues=["emails"], n=5)
-    assert c == sql.Claimed(
+    [c] = claims.claim(connection, worker="w", queues=["emails"], n=5)
+    assert c == Claimed(
         job.id,
         "tests.testapp.jobs.send_email",
         ["a@b.c"],
@@ -77,11 +79,11 @@ def test_multi_queue_claims_filter_queues_and_honour_priority(queues: list[str] 
     make_job(queue="a", priority=7, run_at_delta=3600)  # not due
     wanted = ("a", "b") if queues else ("a", "b", "c")
     # A batch takes the best n across the queues...
-    best = sql.claim(connection, worker="w", queues=queues, n=len(wanted))
+    best = claims.claim(connection, worker="w", queues=queues, n=len(wanted))
     assert sorted((c.queue, c.priority) for c in best) == [(q, 9) for q in wanted]
     # ...and one at a time, each queue is served strictly by priority.
     order = []
-    while claimed := sql.claim(connection, worker="w", queues=queues, n=1):
+    while claimed := claims.claim(connection, worker="w", queues=queues, n=1):
         order.append((claimed[0].queue, claimed[0].priority))
     assert sorted({q for q, _ in order}) == list(wanted)
     assert [p for _, p in order] == [5] * len(wanted) + [1] * len(wanted)
@@ -94,7 +96,7 @@ def test_multi_queue_claim_limit_is_global(queues: list[str] | None) -> None:
     for q in ("a", "b"):
         for _ in range(5):
             make_job(queue=q)
-    assert len(sql.claim(connection, worker="w", queues=queues, n=3)) == 3
+    assert len(claims.claim(connection, worker="w", queues=queues, n=3)) == 3
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
 
 
@@ -102,9 +104,9 @@ def test_multi_queue_claim_limit_is_global(queues: list[str] | None) -> None:
 @pytest.mark.parametrize(
     "statement,params",
     [
-        (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "q7"}),
-        (sql.JOB_CLAIM_QUEUES, {"queues": ["q3", "q7"]}),
-        (sql.JOB_CLAIM_ALL, {}),
+        (claims.JOB_CLAIM_ONE_QUEUE, {"queue": "q7"}),
+        (claims.JOB_CLAIM_QUEUES, {"queues": ["q3", "q7"]}),
+        (claims.JOB_CLAIM_ALL, {}),
     ],
     ids=["one", "queues", "all"],
 )
@@ -113,12 +115,11 @@ def test_claim_plan_uses_the_partial_claim_index(statement: str, params: dict[st
     jobs.add.enqueue_many([(i, i) for i in range(3000)])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {sql.JOB} SET status = 'completed', finished_at = now(), "
-            "queue = 'q' || (id % 10)"
+            f"UPDATE {JOB} SET status = 'completed', finished_at = now(), queue = 'q' || (id % 10)"
         )
     jobs.add.using(queue="q7").enqueue_many([(i, i) for i in range(20)])
     with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {sql.JOB}")
+        cursor.execute(f"ANALYZE {JOB}")
         cursor.execute("EXPLAIN " + statement, {"worker": "w", "n": 10, **params})
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "pgjobs_job_claim_idx" in plan, plan
@@ -135,11 +136,11 @@ def _claimer(
             empty = 0
             while empty < 3:
                 if queues is None:
-                    statement, params = sql.JOB_CLAIM_ALL, {}
+                    statement, params = claims.JOB_CLAIM_ALL, {}
                 elif len(queues) == 1:
-                    statement, params = sql.JOB_CLAIM_ONE_QUEUE, {"queue": queues[0]}
+                    statement, params = claims.JOB_CLAIM_ONE_QUEUE, {"queue": queues[0]}
                 else:
-                    statement, params = sql.JOB_CLAIM_QUEUES, {"queues": queues}
+                    statement, params = claims.JOB_CLAIM_QUEUES, {"queues": queues}
                 rows = conn.execute(
                     statement,
                     {
@@ -183,3 +184,22 @@ def test_concurrent_claimers_never_claim_a_job_twice(queues: list[str] | None) -
     assert set(
         Job.objects.filter(id__in=expected_ids).values_list("attempts", "lease", "status")
     ) == {(1, 1, JobStatus.RUNNING)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_on_a_plain_psycopg_connection_decodes_each_row_on_its_own() -> None:
+    """Issue #22 item 5: psycopg decodes jsonb at fetch time on a plain connection;
+    one undecodable row raised for the whole batch after the claim committed."""
+    deep = "(repeat('[', 3000) || repeat(']', 3000))::jsonb"
+    hostile, mate = jobs.add.enqueue(1, 2), jobs.add.enqueue(3, 4)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {JOB} SET args = {deep}, trace_context = {deep} WHERE id = %s", [hostile.id]
+        )
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        claimed = claims.claim(conn, worker="plain", queues=["default"], n=10)
+    by_id = {c.id: c for c in claimed}
+    assert set(by_id) == {hostile.id, mate.id}
+    assert by_id[mate.id].args == [3, 4]
+    assert by_id[hostile.id].args == "<undecodable: RecursionError>"
+    assert by_id[hostile.id].trace_context is None

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_pgjobs import sql
+from django_pgjobs import claims
+from django_pgjobs.db.claim import CLAIM_STATEMENTS, task_array
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.managers import StatementParam
 from django_pgjobs.models import Job
 from tests.rows import make_job
@@ -29,14 +31,14 @@ KNOWN = 'array_position(%(tasks)s::text[], ("django_pgjobs_job"."task")::text) I
 
 
 def test_the_claim_is_the_compiled_queryset() -> None:
-    statements = sql.claim_statements(connection)
-    assert tuple(statements) == sql.CLAIM_STATEMENTS
+    statements = claims.claim_statements(connection)
+    assert tuple(statements) == CLAIM_STATEMENTS
     one = statements["JOB_CLAIM_ONE_QUEUE"]
     picked = one.split("WITH picked AS (", 1)[1].split("\n)\n", 1)[0].strip()
     assert PICKED_ONE_QUEUE.fullmatch(picked), picked
     # The module names are the same texts (the fault matrix and tests use them).
     for name, text in statements.items():
-        assert getattr(sql, name) == text
+        assert getattr(claims, name) == text
         # named parameters only (psycopg takes one style per statement)
         assert not re.search(r"%s|%\d", text.replace("%%", "")), (name, text)
         assert text.count("FOR UPDATE SKIP LOCKED") == 1, name
@@ -52,9 +54,9 @@ def test_compiling_the_claim_never_connects() -> None:
     # A backend pointed at an address nothing listens on: compiling must not care.
     settings = {**connection.settings_dict, "HOST": "203.0.113.1", "NAME": "nowhere"}
     offline = type(_wrapper())(settings, alias="pgjobs-compile-test")
-    statements = sql.compile_claims(offline)
+    statements = claims.compile_claims(offline)
     assert offline.connection is None
-    assert statements == sql.claim_statements(connection)
+    assert statements == claims.claim_statements(connection)
 
 
 def _wrapper() -> Any:
@@ -66,10 +68,12 @@ def _wrapper() -> Any:
 def test_a_parameter_the_claim_cannot_pass_is_refused() -> None:
     queryset = Job.objects.claimable(StatementParam("queue")).filter(task="x").values("id")
     text, params = (
-        queryset[: sql._LIMIT_MARK].query.get_compiler(connection=sql._offline(_wrapper())).as_sql()
+        queryset[: claims._LIMIT_MARK]
+        .query.get_compiler(connection=claims._offline(_wrapper()))
+        .as_sql()
     )
     with pytest.raises(ValueError, match="a parameter the claim cannot pass: 'x'"):
-        sql._named(text, params)
+        claims._named(text, params)
 
 
 @pytest.mark.django_db
@@ -101,7 +105,7 @@ def _scans_below_a_sort(node: dict[str, Any], sorted_since_limit: bool = False) 
     elif kind in ("Sort", "Incremental Sort"):
         sorted_since_limit = True
     found = []
-    if sorted_since_limit and node.get("Relation Name") == sql.JOB:
+    if sorted_since_limit and node.get("Relation Name") == JOB:
         found.append(f"{kind} {node.get('Index Name', '')}")
     for child in node.get("Plans", []):
         found += _scans_below_a_sort(child, sorted_since_limit)
@@ -118,17 +122,17 @@ def _index_names(node: dict[str, Any]) -> set[str]:
 def _fill_history_and_backlog() -> None:
     with connection.cursor() as cur:
         cur.execute(
-            f"INSERT INTO {sql.JOB} (task, queue, status, run_at, started_at, finished_at,"
+            f"INSERT INTO {JOB} (task, queue, status, run_at, started_at, finished_at,"
             " attempts, lease)"
             " SELECT 'history', 'q' || (g % 3), 'completed', now(), now(), now(), 1, 1"
             " FROM generate_series(1, 50000) g"
         )
         cur.execute(
-            f"INSERT INTO {sql.JOB} (task, queue, priority, run_at)"
+            f"INSERT INTO {JOB} (task, queue, priority, run_at)"
             " SELECT 'live', 'q' || (g % 3), g % 5, now() - interval '1 second'"
             " FROM generate_series(1, 5000) g"
         )
-        cur.execute(f"ANALYZE {sql.JOB}")
+        cur.execute(f"ANALYZE {JOB}")
 
 
 @pytest.mark.django_db
@@ -146,8 +150,8 @@ def test_the_compiled_claim_reads_the_claim_index_without_sorting_the_backlog(
     name: str, extra: dict[str, Any]
 ) -> None:
     _fill_history_and_backlog()
-    params = {"worker": "w", "n": 10, "tasks": sql.task_array(("live", "x")), **extra}
-    plan = _plan(sql.claim_statements(connection)[name], params)
+    params = {"worker": "w", "n": 10, "tasks": task_array(("live", "x")), **extra}
+    plan = _plan(claims.claim_statements(connection)[name], params)
     assert "pgjobs_job_claim_idx" in _index_names(plan), plan
     assert _scans_below_a_sort(plan) == [], plan
     assert '"Seq Scan"' not in json.dumps(plan), plan
@@ -159,7 +163,7 @@ def test_the_generic_plan_of_the_prepared_claim_uses_the_claim_index_too() -> No
     # server may switch to a generic plan, which knows no parameter values. The
     # status is a literal, so the partial index still matches.
     _fill_history_and_backlog()
-    statement = sql.claim_statements(connection)["JOB_CLAIM_ONE_QUEUE_KNOWN"]
+    statement = claims.claim_statements(connection)["JOB_CLAIM_ONE_QUEUE_KNOWN"]
     names: list[str] = []
 
     def positional(match: re.Match[str]) -> str:

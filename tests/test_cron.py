@@ -16,7 +16,8 @@ from django.test import override_settings
 
 from django_pgjobs import registry
 from django_pgjobs.checks import check_cron
-from django_pgjobs.decorators import make_definition
+from django_pgjobs.definition import make_definition
+from django_pgjobs.maintenance import cron as cron_module
 from django_pgjobs.maintenance.cron import CronTicker, Schedule, ScheduleError, collect_schedules
 from django_pgjobs.maintenance.services import default_services
 from django_pgjobs.models import Job
@@ -233,6 +234,50 @@ def test_replicas_racing_one_fire_time_make_exactly_one_job() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_ticker_frozen_after_its_insert_holds_no_other_ticker(monkeypatch: Any) -> None:
+    """A replica frozen (SIGSTOP) right after inserting a fire time's job: the others
+    see the job (existing) at once. Inside a BEGIN ... COMMIT the frozen insert held the
+    key uncommitted and the others' ON CONFLICT waited on it, their maintenance thread
+    (and reaper) with it."""
+    frozen, release = threading.Event(), threading.Event()
+    freezer: list[threading.Thread] = []
+    real = cron_module.job_insert
+
+    def job_insert(cursor: Any, params: dict[str, Any], **kwargs: Any) -> Any:
+        row = real(cursor, params, **kwargs)
+        if threading.current_thread() in freezer:
+            frozen.set()
+            release.wait(120)
+        return row
+
+    def replica(results: list[dict[str, Any]]) -> None:
+        try:
+            results.append(CronTicker(schedules=[hourly()], catchup_window=3600).run_once(now=T0))
+        finally:
+            connections["default"].close()
+
+    monkeypatch.setattr(cron_module, "job_insert", job_insert)
+    first: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
+    freezer.append(threading.Thread(target=replica, args=(first,), daemon=True))
+    freezer[0].start()
+    try:
+        assert frozen.wait(30), "the ticker to freeze did not insert"
+        thread = threading.Thread(target=replica, args=(other,), daemon=True)
+        thread.start()
+        thread.join(timeout=10)
+        done = not thread.is_alive()
+    finally:
+        release.set()
+        freezer[0].join(30)
+    thread.join(timeout=30)
+    assert done, "a ticker waited for the frozen ticker's transaction"
+    assert other == [{"due": 1, "inserted": 0, "existing": 1, "failed": 0}]
+    assert first == [{"due": 1, "inserted": 1, "existing": 0, "failed": 0}]
+    assert keys() == ["cron:h:2024-05-01T10:00:00Z"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_ticker_wakes_listening_workers() -> None:
     with psycopg.connect(dsn(), autocommit=True) as listener:
         listener.execute("LISTEN pgjobs")
@@ -249,12 +294,16 @@ def test_default_services_include_pruner_and_ticker() -> None:
             "pruner",
             "cron",
             "unknown-tasks",
+            "workflow repair",
+            "rollup",
         ]
     with override_settings(PGJOBS={"CRON": cron, "CRON_ENGINE": "pg_cron"}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
             "reaper",
             "pruner",
             "unknown-tasks",
+            "workflow repair",
+            "rollup",
         ]
 
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_pgjobs import registry
 from django_pgjobs.checks import check_cron
-from django_pgjobs.decorators import make_definition
+from django_pgjobs.definition import make_definition
 from django_pgjobs.maintenance.cron import MAX_KEYED_NAME, CronTicker, Schedule
 from django_pgjobs.maintenance.services import default_services
 from django_pgjobs.models import Job

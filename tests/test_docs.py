@@ -98,7 +98,7 @@ def test_reference_covers_public_modules() -> None:
 
 def test_reference_covers_settings_checks_and_options() -> None:
     from django_pgjobs.conf import DEFAULTS
-    from django_pgjobs.decorators import JOB_OPTIONS
+    from django_pgjobs.definition import JOB_OPTIONS
     from django_pgjobs.states import JobStatus
     from django_pgjobs.validation import CALL_OPTIONS
 
@@ -396,6 +396,7 @@ def _tutorial_database_url(name: str) -> str:
 
 
 @pytest.mark.process
+@pytest.mark.timeout(600)  # 95-166 s in CI; over the default 300 s at load 15
 def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
     """Every tutorial command, run in order, prints what the tutorial shows."""
     name = f"{connection.settings_dict['NAME']}_tutorial"

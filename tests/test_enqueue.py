@@ -290,24 +290,37 @@ def test_database_errors_come_out_as_django_errors() -> None:
 
     with pytest.raises(DjangoIntegrityError), transaction.atomic():
         # a CHECK constraint the validation would normally catch first
-        from django_pgjobs import sql
+        from django_pgjobs.db.cursor import hot_cursor
 
-        with sql.hot_cursor(connection) as cursor:
+        with hot_cursor(connection) as cursor:
             cursor.execute("INSERT INTO django_pgjobs_job (task, priority) VALUES ('x', 500)")
 
 
 def test_the_insert_statements_are_one_family_with_named_parameters() -> None:
-    from django_pgjobs import sql
+    from django_pgjobs.db.job_insert import (
+        INSERT_PARAMS,
+        JOB_INSERT,
+        JOB_INSERT_DELAYED,
+        JOB_INSERT_FLOW,
+        JOB_INSERT_FLOW_DELAYED,
+        insert_params,
+    )
 
     base = "task, queue, priority, args, kwargs, run_at, max_attempts, idempotency_key, timeout"
+    members = {
+        (False, False): JOB_INSERT,
+        (False, True): JOB_INSERT_DELAYED,
+        (True, False): JOB_INSERT_FLOW,
+        (True, True): JOB_INSERT_FLOW_DELAYED,
+    }
     for flow in (False, True):
         for delayed in (False, True):
-            text = sql.job_insert(flow=flow, delayed=delayed)
+            text = members[flow, delayed]
             assert f"({base}, trace_context" in text
             assert ("concurrency_key, concurrency_limit, unique_key)" in text) == flow
             assert ("%(delay)s" in text) == delayed and ("%(run_at)s" in text) != delayed
             assert "%s" not in text  # named only: a new column cannot shift the others
-    params = sql.insert_params(task="t", run_at=None)
-    assert params.keys() == sql.INSERT_PARAMS and params["task"] == "t"
+    params = insert_params(task="t", run_at=None)
+    assert params.keys() == INSERT_PARAMS and params["task"] == "t"
     with pytest.raises(TypeError, match="not a parameter of the job insert: colour"):
-        sql.insert_params(task="t", colour="red")
+        insert_params(task="t", colour="red")

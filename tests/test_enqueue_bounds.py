@@ -149,3 +149,51 @@ def test_naive_run_at_is_accepted_without_use_tz() -> None:
     when = datetime.now() + timedelta(hours=1)
     job = add.using(run_at=when).enqueue(1, 2)
     assert Job.objects.get(pk=job.pk).run_at == job.run_at == when
+
+
+NON_ASCII = [
+    ["é" * 400_000],  # 800 KB of UTF-8; 2.4 MB as \u00e9 escapes
+    ["日本語のテキスト" * 10, {"clé": "valeur", "emoji": "🎉" * 5}],
+    [{"nested": [["ü", 1, 2.5, None, True]], 'quote"and\\back': "tab\tnew\nline"}],
+    ["plain ascii", 12345, -7],
+]
+
+
+@pytest.mark.parametrize("args", NON_ASCII, ids=["e-acute", "cjk-emoji", "escapes", "ascii"])
+def test_python_and_sql_count_the_same_bytes(settings: Any, args: list[Any]) -> None:
+    """One byte count: the UTF-8 of the JSON text as PostgreSQL prints the stored
+    value. At exactly that limit both accept; one byte under, both refuse."""
+    from django_pgjobs.validation import json_bytes, json_text
+
+    python_size = json_bytes(json_text(args)) + json_bytes(json_text({}))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT octet_length(%s::jsonb::text) + octet_length('{}'::jsonb::text)",
+            [json_text(args)],
+        )
+        assert cursor.fetchone()[0] == python_size
+    if args == NON_ASCII[0]:
+        assert python_size == 800_006  # not the 2.4 MB of its ASCII-escaped text
+
+    def sql_enqueue(limit: int) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL pgjobs.max_args_bytes = '{limit}'")
+            cursor.execute(
+                "SELECT pgjobs_enqueue('tests.testapp.jobs.echo_value', %s::jsonb, '{}'::jsonb)",
+                [json_text(args)],
+            )
+
+    from tests.testapp.jobs import echo_value
+
+    for limit, accepted in ((python_size, True), (python_size - 1, False)):
+        settings.PGJOBS = {**settings.PGJOBS, "MAX_ARGS_BYTES": limit}
+        if accepted:
+            echo_value.enqueue(*args)
+            sql_enqueue(limit)
+        else:
+            with pytest.raises(ValueError, match=f"all arguments: {python_size:,} bytes"):
+                echo_value.enqueue(*args)
+            with pytest.raises(DatabaseError, match=f"args and kwargs are {python_size} bytes"):
+                sql_enqueue(limit)
+    stored = list(Job.objects.values_list("args", flat=True))
+    assert stored == [args, args]

@@ -102,7 +102,8 @@ def test_demo_rejects_bad_arguments_before_touching_the_database(demo_url: str) 
 
 def test_shop_own_tests_pass(demo_url: str) -> None:
     """The order view enqueues inside the order's transaction (see example_project/shop/tests.py)."""
-    result = manage(demo_url, "test", "shop", "--noinput", "-v", "2")
+    # Creates and migrates a test database of its own: minutes on a loaded box.
+    result = manage(demo_url, "test", "shop", "--noinput", "-v", "2", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"Ran 6 tests in .*\n\nOK", result.stderr), result.stderr
     assert re.search(

@@ -14,21 +14,25 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from django_pgjobs import job, pause_queue, registry, resume_queue, sql
+from django_pgjobs import claims, job, pause_queue, registry, resume_queue
 from django_pgjobs.checks import check_queues
+from django_pgjobs.db.claim import Claimed, pending_queues
+from django_pgjobs.db.job_outcome import job_complete_many
+from django_pgjobs.db.tables import QUEUE
+from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.exceptions import UnknownTask
 from django_pgjobs.flow import FlowState, parse_rate, sync_queues
+from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
 from django_pgjobs.models import Job, KnownTask, Queue
 from django_pgjobs.models import Worker as WorkerRow
-from django_pgjobs.worker.skew import UnknownTaskSweeper, unknown_pending
 from tests import flow_jobs, flow_keyed_jobs
 from tests.testapp import jobs
 
 db = pytest.mark.django_db
 
 
-def claim(n: int = 10, queues: list[str] | None = None, **kw: Any) -> list[sql.Claimed]:
-    return sql.claim(connection, worker="w", queues=queues, n=n, **kw)
+def claim(n: int = 10, queues: list[str] | None = None, **kw: Any) -> list[Claimed]:
+    return claims.claim(connection, worker="w", queues=queues, n=n, **kw)
 
 
 def known() -> list[str]:
@@ -115,7 +119,7 @@ def test_unique_while_active_returns_the_existing_job_until_it_finishes() -> Non
     claimed = [c for c in claim(tasks=known()) if c.id == first.id]
     assert claimed  # running still holds an "active" key
     assert flow_jobs.refresh_account.enqueue(1).id == first.id
-    sql.complete_many(connection, [(first.id, claimed[0].lease, None)])
+    job_complete_many(connection, [(first.id, claimed[0].lease, None)])
     fresh = flow_jobs.refresh_account.enqueue(1)  # finished: the key is free again
     assert fresh.id != first.id
     keyed = flow_jobs.refresh_account.using(unique_key="acct")
@@ -192,11 +196,11 @@ def test_migrate_syncs_the_queues_setting(settings: Any) -> None:
 
 @db
 def test_pause_and_resume_commands_and_functions() -> None:
-    call_command("pause_queue", "a", "b", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    call_command("pause_queue", "a", "b", "--create", stdout=open("/dev/null", "w"))  # noqa: SIM115
     assert set(Queue.objects.filter(paused=True).values_list("name", flat=True)) == {"a", "b"}
-    resume_queue("a")
+    resume_queue("a")  # known now: it has a row
     assert list(Queue.objects.filter(paused=True).values_list("name", flat=True)) == ["b"]
-    assert pause_queue("c") == ["c"]
+    assert pause_queue("c", create=True) == ["c"]
     with pytest.raises(CommandError, match="queue must not contain commas"):
         call_command("resume_queue", "x,y")
     assert not Queue.objects.filter(name__contains=",").exists()
@@ -230,7 +234,7 @@ def test_limited_claim_counts_running_jobs_and_keys() -> None:
     first = claim(queues=["flow-limited"], tasks=known(), limited=True)
     assert [c.id for c in first] == ids[:3]
     assert claim(queues=["flow-limited"], tasks=known(), limited=True) == []
-    sql.complete_many(connection, [(first[0].id, first[0].lease, None)])
+    job_complete_many(connection, [(first[0].id, first[0].lease, None)])
     assert [c.id for c in claim(tasks=known(), limited=True)] == [ids[3]]
     # keys: one per key at a time, later keys are not stalled behind a blocked one
     a1, a2, b1 = (flow_keyed_jobs.per_user.enqueue(u, i, 0).id for u, i in ((1, 1), (1, 2), (2, 1)))
@@ -291,7 +295,7 @@ def test_fast_path_gives_back_an_unknown_task_uncounted_then_filters() -> None:
 def test_a_worker_of_every_queue_claims_from_the_queues_with_pending_jobs(
     notified: bool,
 ) -> None:
-    """It claims by name from sql.PENDING_QUEUES (one walk of the claim index per
+    """It claims by name from PENDING_QUEUES (one walk of the claim index per
     claim, not two) and still finds a queue that gets its first job: announced by
     a NOTIFY (LISTEN), or re-read after an empty claim (no LISTEN)."""
     state = FlowState(None, [jobs.noop.name], refresh=3600, notified=notified)
@@ -310,7 +314,7 @@ def test_a_worker_of_every_queue_claims_from_the_queues_with_pending_jobs(
         assert state.claim(connection, worker="w", n=5) == []  # empty: re-read next time
     assert [c.id for c in state.claim(connection, worker="w", n=5)] == [b.id]
     assert state.pending == ["b"]
-    assert sql.pending_queues(connection) == []  # both claimed
+    assert pending_queues(connection) == []  # both claimed
 
 
 @db
@@ -391,9 +395,9 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("statement", "extra"),
     [
-        (sql.JOB_CLAIM_ONE_QUEUE_KNOWN, {"queue": "default"}),
-        (sql.JOB_CLAIM_QUEUES_KNOWN, {"queues": ["default", "emails"]}),
-        (sql.JOB_CLAIM_ALL_KNOWN, {}),
+        (claims.JOB_CLAIM_ONE_QUEUE_KNOWN, {"queue": "default"}),
+        (claims.JOB_CLAIM_QUEUES_KNOWN, {"queues": ["default", "emails"]}),
+        (claims.JOB_CLAIM_ALL_KNOWN, {}),
     ],
     ids=["one-queue", "queues", "all"],
 )
@@ -408,7 +412,7 @@ def test_known_task_claims_are_the_fast_path_plus_a_filter(statement: str, extra
     assert "pgjobs_job_claim_idx" in plan, plan
     assert '"Node Type": "Seq Scan"' not in plan and "Bitmap Heap Scan" not in plan, plan
     # no join to the queue table, no advisory lock: only the task filter was added
-    assert sql.QUEUE not in statement and "advisory" not in statement
+    assert QUEUE not in statement and "advisory" not in statement
 
 
 # -- admin ----------------------------------------------------------------------------

@@ -16,7 +16,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_pgjobs import sql
+from django_pgjobs import claims
+from django_pgjobs.db.job_admin import job_cancel
+from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.exceptions import LeaseLost
 from django_pgjobs.health import metrics
 from django_pgjobs.health.metrics import WorkerMetrics
@@ -69,10 +71,7 @@ def test_worker_feeds_claimed_inflight_and_released(wm: WorkerMetrics, tmp_path:
     marker = str(tmp_path / "ran")
     add.enqueue(1, 1)
     long = sleep_then_mark.enqueue(30, marker)
-    worker = Worker(
-        install_signal_handlers=False, maintenance=False, concurrency=2, poll_interval=0.1
-    )
-    worker.shutdown_timeout = 0.5
+    worker = Worker(maintenance=False, concurrency=2, poll_interval=0.1, shutdown_timeout=0.5)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
@@ -126,8 +125,8 @@ def test_a_fenced_completion_counts_as_fenced_once(wm: WorkerMetrics) -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS obs_atomic (job_id bigint, lease bigint)")
     job = atomic_insert.enqueue("obs_atomic", 0.0)
-    [claimed] = sql.claim(connection, worker="zombie", queues=["default"], n=1)
-    sql.cancel(connection, [job.id])  # someone else moved the lease on
+    [claimed] = claims.claim(connection, worker="zombie", queues=["default"], n=1)
+    job_cancel(connection, [job.id])  # someone else moved the lease on
     from django_pgjobs import signals
     from django_pgjobs.worker import outcomes
     from django_pgjobs.worker.executor import execute
@@ -193,7 +192,7 @@ def test_refresher_reads_queue_gauges_from_the_status_query(wm: WorkerMetrics) -
     add.enqueue(1, 1)
     add.using(delay=3600).enqueue(2, 2)
     send_email.enqueue("b@example.com")
-    [running] = sql.claim(connection, worker="w", queues=["emails"], n=1)
+    [running] = claims.claim(connection, worker="w", queues=["emails"], n=1)
     refresher = QueueStatsRefresher(wm.queues, queues=["reports"], interval=0.05)
     refresher.start()
     try:
@@ -210,7 +209,7 @@ def test_refresher_reads_queue_gauges_from_the_status_query(wm: WorkerMetrics) -
         assert value(wm, "pgjobs_queue_lag_seconds", queue="emails") == 0
         # Work finishing empties the gauges on a later refresh; the queue stays, at zero.
         run_jobs(queues=["default"])
-        sql.complete_many(connection, [(running.id, running.lease, None)])
+        job_complete_many(connection, [(running.id, running.lease, None)])
         wait_until(
             lambda: (
                 value(wm, jobs, queue="emails", state="running") == 0

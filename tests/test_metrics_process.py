@@ -137,21 +137,25 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
         )
         == 3
     )
-    # Queue gauges: every queue with live work, from the status query.
+    # Queue gauges, from the status query: every declared queue keeps its label (at
+    # zero when empty); "parked", which no code or setting names, is folded into "other".
     jobs = {k[1]: v for k, v in samples.items() if k[0] == "pgjobs_queue_jobs"}
     expected_jobs = {}
     for queue, values in {
-        "default": (1, 0, 0, 0),
-        "emails": (0, 0, 0, 0),
-        "parked": (1, 1, 0, 0),
+        "default": (1, 0, 0, 0, 0),
+        "emails": (0, 0, 0, 0, 0),
+        "other": (1, 1, 0, 0, 0),
     }.items():
-        for state, value in zip(("pending", "due", "running", "stuck"), values, strict=True):
+        states = ("pending", "due", "running", "stuck", "blocked")
+        for state, value in zip(states, values, strict=True):
             expected_jobs[(("queue", queue), ("state", state))] = value
-    assert jobs == expected_jobs
+    assert {k: v for k, v in jobs.items() if k in expected_jobs} == expected_jobs
+    assert not any(v for k, v in jobs.items() if k not in expected_jobs), jobs
+    assert not any(dict(k).get("queue") == "parked" for _, k in samples)
     lag = {k[1]: v for k, v in samples.items() if k[0] == "pgjobs_queue_lag_seconds"}
-    assert set(lag) == {(("queue", q),) for q in ("default", "emails", "parked")}
+    assert {(("queue", q),) for q in ("default", "emails", "other")} <= set(lag)
     assert lag[(("queue", "default"),)] == lag[(("queue", "emails"),)] == 0
-    assert lag[(("queue", "parked"),)] > 0
+    assert lag[(("queue", "other"),)] > 0
     assert get(samples, "pgjobs_worker_inflight") == 0
 
     # A job in flight shows in the gauge (and in the queue's running count).
@@ -234,7 +238,7 @@ def test_port_zero_from_the_setting_prints_the_chosen_port(
     for worker in (first, second):
         found = wait_until(
             lambda w=worker: re.search(
-                r"serving Prometheus metrics at http://0\.0\.0\.0:(\d+)/metrics", w.output()
+                r"serving Prometheus metrics at http://127\.0\.0\.1:(\d+)/metrics", w.output()
             ),
             timeout=30,
             message="the metrics line",

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from django_pgjobs import sql
+from django_pgjobs.db import workflow_trigger
+from django_pgjobs.db.functions import ENQUEUE_FUNCTION
 from django_pgjobs.models import Job
 
 MIGRATIONS = Path(importlib.import_module("django_pgjobs.migrations").__file__).parent  # type: ignore[arg-type]
@@ -45,7 +46,37 @@ def test_the_newest_enqueue_function_is_what_the_code_expects() -> None:
             if match:
                 versions[int(match[1])] = value
     assert versions, "no migration holds the text of pgjobs_enqueue"
-    assert versions[max(versions)] == sql.ENQUEUE_FUNCTION
+    assert versions[max(versions)] == ENQUEUE_FUNCTION
+
+
+def _newest(pattern: str) -> str:
+    versions: dict[int, str] = {}
+    for path in _migration_files():
+        module = importlib.import_module(f"django_pgjobs.migrations.{path.stem}")
+        for name, value in vars(module).items():
+            match = re.fullmatch(pattern, name)
+            if match:
+                versions[int(match[1])] = value
+    assert versions, f"no migration holds {pattern}"
+    return versions[max(versions)]
+
+
+def test_the_newest_workflow_functions_are_what_the_code_expects() -> None:
+    """The trigger and functions of workflows (migration 0008): frozen in their
+    migration, equal to db/workflow_trigger.py's text until a new migration replaces them."""
+    assert _newest(r"WORKFLOW_FUNCTIONS_V(\d+)") == workflow_trigger.WORKFLOW_FUNCTIONS
+    assert _newest(r"WORKFLOW_FUNCTIONS_DROP_V(\d+)") == workflow_trigger.WORKFLOW_FUNCTIONS_DROP
+
+
+@pytest.mark.django_db
+def test_the_workflow_trigger_is_installed_on_the_jobs_table() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tgname, tgenabled FROM pg_trigger"
+            " WHERE tgrelid = 'django_pgjobs_job'::regclass AND NOT tgisinternal"
+        )
+        rows = cursor.fetchall()
+    assert rows == [("pgjobs_workflow_step", "O")]
 
 
 @pytest.mark.django_db

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from datetime import timedelta
 from typing import Any
@@ -13,7 +12,7 @@ from django.dispatch import Signal
 
 from django_pgjobs import signals
 from django_pgjobs.ages import format_age
-from django_pgjobs.conf import DEFAULTS, PgJobsSettings, build_settings
+from django_pgjobs.conf import DEFAULTS, SETTINGS, PgJobsSettings, Setting, build_settings
 from django_pgjobs.health import overview
 from django_pgjobs.pgconn import DJANGO_ONLY, psycopg_params
 from django_pgjobs.states import FINISHED, TERMINAL, JobStatus
@@ -24,11 +23,13 @@ def test_finished_statuses_come_from_terminal() -> None:
     assert overview.FINISHED_STATUSES == (JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED)
 
 
-def test_every_setting_has_its_default_in_defaults_only() -> None:
-    fields = dataclasses.fields(PgJobsSettings)
-    assert {f.name for f in fields} == set(DEFAULTS)
-    assert all(f.default is dataclasses.MISSING for f in fields), "defaults live in DEFAULTS"
-    assert dataclasses.asdict(build_settings({}))["MAX_ATTEMPTS"] == DEFAULTS["MAX_ATTEMPTS"]
+def test_every_setting_is_declared_once() -> None:
+    """One declaration per key (conf.PgJobsSettings): the defaults, the parsed object and
+    the reference page (tests/test_settings_page.py) all come from it."""
+    declared = [name for name, value in vars(PgJobsSettings).items() if isinstance(value, Setting)]
+    assert declared == [s.name for s in SETTINGS] == list(DEFAULTS)
+    assert build_settings({}).as_dict() == {s.name: s.parse(s.default) for s in SETTINGS}
+    assert build_settings({}).MAX_ATTEMPTS == 5
 
 
 @pytest.mark.parametrize(
@@ -74,3 +75,27 @@ def test_signals_send_logs_a_raising_receiver_with_any_sender(caplog: Any) -> No
         signals.send(signal, int, task_result="r")
     assert seen == [(int, "r")], "the next receiver still runs"
     assert any("receiver bug" in r.getMessage() for r in caplog.records)
+
+
+def test_one_backoff_for_retries_and_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconnect throttle delays with the retries' full-jitter formula, and keeps
+    logging at most one line per 10 s of failures."""
+    from django_pgjobs import retry, throttle
+
+    seen: list[tuple[int, float, float]] = []
+
+    def recording(attempt: int, *, base: float, cap: float) -> float:
+        seen.append((attempt, base, cap))
+        return retry.backoff(attempt, base=base, cap=cap)
+
+    monkeypatch.setattr(throttle, "backoff", recording)
+    reconnect = throttle.Backoff("claim connection")
+    delays = []
+    for n in range(1, 12):
+        reconnect.failed(RuntimeError("down"))
+        delays.append(reconnect.delay())
+        assert 0 <= delays[-1] <= min(10.0, 0.1 * 2 ** (n - 1))
+    assert seen == [(n, 0.1, 10.0) for n in range(1, 12)]
+    assert reconnect._suppressed == 10, "one warning for 11 failures within 10 s"
+    reconnect.succeeded()
+    assert reconnect.failures == 0

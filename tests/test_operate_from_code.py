@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_pgjobs import managers
+from django_pgjobs import operations
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
 from tests.conftest import ROOT
@@ -83,7 +83,7 @@ def test_cancel_moves_pending_and_running_only_and_bumps_the_lease() -> None:
 
 
 def test_retry_and_cancel_run_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(managers, "CHUNK", 2)
+    monkeypatch.setattr(operations, "CHUNK", 2)
     jobs = [make_job(JobStatus.DEAD) for _ in range(5)]
     statements: list[str] = []
 
@@ -95,6 +95,33 @@ def test_retry_and_cancel_run_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None
         assert Job.objects.filter(pk__in=[j.pk for j in jobs]).retry() == 5
     assert sum("lease = j.lease + 1" in s for s in statements) == 3  # 2 + 2 + 1
     assert Job.objects.filter(pk__in=[j.pk for j in jobs[:3]]).cancel() == 3
+
+
+@pytest.mark.parametrize("caller", ["queryset", "admin", "command"])
+def test_every_caller_chunks_with_the_one_constant(
+    caller: str, monkeypatch: pytest.MonkeyPatch, admin_client: Any
+) -> None:
+    """The queryset, the admin's actions and the commands retry and cancel through
+    ``operations`` (one CHUNK, one fenced statement per chunk)."""
+    from tests.test_admin_support import post_action
+
+    monkeypatch.setattr(operations, "CHUNK", 2)
+    ids = [make_job(JobStatus.DEAD).pk for _ in range(5)]
+    statements: list[str] = []
+
+    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    retry = {
+        "queryset": lambda: Job.objects.filter(pk__in=ids).retry(),
+        "admin": lambda: post_action(admin_client, "retry_now", ids),
+        "command": lambda: call_command("retry_jobs", "--ids", ",".join(map(str, ids))),
+    }[caller]
+    with connection.execute_wrapper(count):
+        retry()
+    assert sum("lease = j.lease + 1" in s for s in statements) == 3  # 2 + 2 + 1
+    assert set(status_of(*Job.objects.filter(pk__in=ids))) == {"pending"}
 
 
 def test_retry_of_a_slice_takes_the_slice() -> None:

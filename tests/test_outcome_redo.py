@@ -16,12 +16,21 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, transaction
 
-from django_pgjobs import signals, sql
+from django_pgjobs import claims, signals
+from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.job_outcome import (
+    JOB_COMPLETE_MANY_REDO,
+    JOB_RETRY,
+    JOB_TIMED_OUT,
+    job_dead,
+    job_retry,
+    job_timed_out,
+)
+from django_pgjobs.errors import error_entry
 from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.executor import error_entry
 from django_pgjobs.worker.outcomes import Outcome
 from tests.test_worker_core import lose_first_reply
 from tests.testapp import jobs
@@ -61,7 +70,7 @@ def always_lose(statement: str) -> Callable[..., Any]:
     return wrapper
 
 
-def _failed(claimed: sql.Claimed, kind: str = "retry", **extra: Any) -> Outcome:
+def _failed(claimed: Claimed, kind: str = "retry", **extra: Any) -> Outcome:
     exc = ValueError("boom")
     return Outcome(
         kind, error=error_entry(claimed.attempt, exc, "w1"), delay=0.0, exception=exc, extra=extra
@@ -72,15 +81,15 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
     received: dict[str, list[dict[str, Any]]],
 ) -> None:
     job = jobs.always_fails.using(max_attempts=3).enqueue()
-    [first] = sql.claim(connection, worker="w1", queues=None, n=1)
+    [first] = claims.claim(connection, worker="w1", queues=None, n=1)
     outcome = _failed(first)
     with (
-        connection.execute_wrapper(lose_first_reply(sql.JOB_RETRY)),
+        connection.execute_wrapper(lose_first_reply(JOB_RETRY)),
         pytest.raises(OperationalError),
     ):
         outcomes.write(connection, first, outcome)
     # The write committed: the job is due again and another worker claims it.
-    [second] = sql.claim(connection, worker="w2", queues=None, n=1)
+    [second] = claims.claim(connection, worker="w2", queues=None, n=1)
     assert second.id == job.id and second.lease != first.lease
     # The redo recognises its own entry: ours, not fenced, and it changes nothing.
     assert outcomes.write(connection, first, outcome) is True
@@ -91,7 +100,7 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
     assert row.status == "running" and row.lease == second.lease and len(row.errors) == 1
     # A different write under the old lease is still fenced.
     assert (
-        sql.retry_status(
+        job_retry(
             connection,
             id=job.id,
             lease=first.lease,
@@ -100,7 +109,7 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
         )
         is None
     )
-    assert not sql.dead(
+    assert not job_dead(
         connection,
         id=job.id,
         lease=first.lease,
@@ -110,20 +119,20 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
 
 def test_a_timed_out_write_redone_after_a_lost_reply_is_recognised() -> None:
     job = jobs.noop.using(max_attempts=2).enqueue()
-    [claimed] = sql.claim(connection, worker="w1", queues=None, n=1)
+    [claimed] = claims.claim(connection, worker="w1", queues=None, n=1)
     error = error_entry(claimed.attempt, TimeoutError("too slow"), "w1")
     with (
-        connection.execute_wrapper(lose_first_reply(sql.JOB_TIMED_OUT)),
+        connection.execute_wrapper(lose_first_reply(JOB_TIMED_OUT)),
         pytest.raises(OperationalError),
     ):
-        sql.timed_out(
+        job_timed_out(
             connection, id=claimed.id, lease=claimed.lease, retry=True, delay=60, error=error
         )
     row = Job.objects.get(id=job.id)
     assert row.status == "pending" and row.lease == claimed.lease + 1
     # The lease was bumped by our own write: the redo still says what it did.
     assert (
-        sql.timed_out(
+        job_timed_out(
             connection, id=claimed.id, lease=claimed.lease, retry=True, delay=60, error=error
         )
         == "pending"
@@ -131,18 +140,18 @@ def test_a_timed_out_write_redone_after_a_lost_reply_is_recognised() -> None:
     assert len(Job.objects.get(id=job.id).errors) == 1
     # The last attempt with retry=False: dead, and the redo says dead.
     Job.objects.filter(id=job.id).update(run_at=row.created_at)
-    [again] = sql.claim(connection, worker="w1", queues=None, n=1)
+    [again] = claims.claim(connection, worker="w1", queues=None, n=1)
     last = error_entry(again.attempt, TimeoutError("too slow"), "w1")
     for _ in range(2):
         assert (
-            sql.timed_out(
+            job_timed_out(
                 connection, id=again.id, lease=again.lease, retry=True, delay=0, error=last
             )
             == "dead"
         )
     # Someone else's (or another) write under that lease is fenced.
     assert (
-        sql.timed_out(
+        job_timed_out(
             connection,
             id=again.id,
             lease=again.lease,
@@ -158,7 +167,7 @@ def test_run_jobs_redoes_a_completion_whose_reply_was_lost(
     received: dict[str, list[dict[str, Any]]],
 ) -> None:
     job = jobs.add.enqueue(2, 3)
-    with connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY_REDO)):
+    with connection.execute_wrapper(lose_first_reply(JOB_COMPLETE_MANY_REDO)):
         ran = run_jobs()
     assert [(r.id, r.status, r.value) for r in ran] == [(job.id, "completed", 5)]
     assert [r["job_id"] for r in received["succeeded"]] == [job.id]
@@ -171,7 +180,7 @@ def test_run_jobs_raises_a_clear_error_when_the_redo_fails_too(
 ) -> None:
     job = jobs.add.enqueue(2, 3)
     with (
-        connection.execute_wrapper(always_lose(sql.JOB_COMPLETE_MANY_REDO)),
+        connection.execute_wrapper(always_lose(JOB_COMPLETE_MANY_REDO)),
         pytest.raises(PgJobsError, match=rf"completed outcome of job {job.id} .*redo"),
     ):
         run_jobs()
@@ -183,7 +192,7 @@ def test_run_jobs_inside_a_transaction_cannot_redo_and_says_so() -> None:
     with (
         pytest.raises(PgJobsError, match=rf"job {job.id} .*inside a transaction"),
         transaction.atomic(),
-        connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY_REDO)),
+        connection.execute_wrapper(lose_first_reply(JOB_COMPLETE_MANY_REDO)),
     ):
         run_jobs()
 
@@ -192,7 +201,7 @@ def test_a_retry_the_attempts_guard_dead_letters_is_reported_as_dead(
     received: dict[str, list[dict[str, Any]]],
 ) -> None:
     job = jobs.always_fails.using(max_attempts=3).enqueue()
-    [claimed] = sql.claim(connection, worker="w1", queues=None, n=1)
+    [claimed] = claims.claim(connection, worker="w1", queues=None, n=1)
     Job.objects.filter(id=job.id).update(max_attempts=1)  # lowered while it ran
     outcome = _failed(claimed)
     assert outcomes.write(connection, claimed, outcome) is True
@@ -203,8 +212,6 @@ def test_a_retry_the_attempts_guard_dead_letters_is_reported_as_dead(
     assert Job.objects.get(id=job.id).status == "dead"
     # The redo of that write (reply lost) reports dead too.
     assert (
-        sql.retry_status(
-            connection, id=job.id, lease=claimed.lease, delay=0, error=outcome.error or {}
-        )
+        job_retry(connection, id=job.id, lease=claimed.lease, delay=0, error=outcome.error or {})
         == "dead"
     )

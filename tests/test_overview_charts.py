@@ -18,8 +18,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_pgjobs import sql
 from django_pgjobs.admin import charts
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.health import activity, overview
 from tests.test_admin_support import OVERVIEW as OVERVIEW_NAME
 
@@ -45,7 +45,7 @@ def insert(
     attempts = 0 if started_ago is None else 1
     with connection.cursor() as cur:
         cur.execute(
-            f"INSERT INTO {sql.JOB} (task, queue, status, run_at, created_at, started_at,"
+            f"INSERT INTO {JOB} (task, queue, status, run_at, created_at, started_at,"
             f" finished_at, heartbeat_at, attempts, lease)"
             f" SELECT %s, %s, %s, {ago(run_ago)}, {ago(run_ago)}, {ago(started_ago)},"
             f" {ago(finished_ago)}, {ago(started_ago)}, {attempts}, {attempts}"
@@ -194,25 +194,27 @@ def _plan(statement: str) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+@pytest.mark.scale
 def test_chart_queries_stay_on_the_indexes_at_a_million_rows() -> None:
     with connection.cursor() as cur:
         # A million finished jobs older than the window, a little recent activity.
         cur.execute(
-            f"INSERT INTO {sql.JOB} (task, queue, status, run_at, created_at, started_at,"
+            f"INSERT INTO {JOB} (task, queue, status, run_at, created_at, started_at,"
             " finished_at, attempts, lease)"
             " SELECT 'history', 'q' || (g % 20), CASE WHEN g % 50 = 0 THEN 'dead'"
             " ELSE 'completed' END, t, t, t, t, 1, 1"
             " FROM (SELECT g, now() - interval '2 hours' - make_interval(secs => g) AS t"
             "       FROM generate_series(1, 1000000) g) s"
         )
-        cur.execute(f"ANALYZE {sql.JOB}")
+        cur.execute(f"ANALYZE {JOB}")
     insert("completed", run_ago=300, started_ago=200, finished_ago=100, n=50)
     insert("running", run_ago=300, started_ago=200, finished_ago=None, n=5)
     for statement in (activity.FINISHED_PER_MINUTE, activity.CLAIMED_PER_MINUTE):
         plan = _plan(statement)
-        assert '"Node Type": "Seq Scan"' not in plan, plan
+        # The jobs table through its indexes only (the rollup's tables are small).
+        assert not re.search(r'"Node Type": "Seq Scan"[^{}]*"Relation Name": "' + JOB, plan), plan
         assert "pgjobs_job_finished_idx" in plan, plan
-        if "UNION" in statement:
+        if statement is activity.CLAIMED_PER_MINUTE:  # and the running jobs
             assert "pgjobs_job_running_idx" in plan or "pgjobs_job_status_idx" in plan, plan
     # And the page's answer is still exact.
     _, data = current()

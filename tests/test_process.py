@@ -96,6 +96,7 @@ def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(
     start_worker: Start, runs: str
 ) -> None:
     query("CREATE TABLE wk_atomic (job_id bigint, lease bigint)")
+    a = None
     try:
         plain = jobs.record_run.using(queue="zombie").enqueue(runs, 1.0)
         atomic = jobs.atomic_insert.using(queue="zombie").enqueue("wk_atomic", 1.0)
@@ -104,8 +105,10 @@ def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(
         wait_running_on(atomic, a)
         a.signal(signal.SIGSTOP)  # a long GC pause, a frozen VM: alive but silent
         b = start_worker("--queues", "zombie", "--concurrency", "2")
-        plain_done = wait_status(plain, "completed")
-        atomic_done = wait_status(atomic, "completed")
+        # b's start-up, STALE_AFTER, a reaper pass and the isolated reruns (child
+        # processes) first: 20 s, then 45 s, were short on a loaded box (CI, load 15)
+        plain_done = wait_status(plain, "completed", timeout=90)
+        atomic_done = wait_status(atomic, "completed", timeout=90)
         wait_until(lambda: len(query(f"SELECT 1 FROM {runs}")) == 1, message="b's run")
         before = {j.id: snapshot(j.id) for j in (plain, atomic)}
         assert all(f":{b.pid}:" in s["worker"] and s["lease"] == 3 for s in before.values())
@@ -126,6 +129,11 @@ def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(
         # while the atomic handler's insert rolled back with its refused completion.
         assert query("SELECT job_id, lease FROM wk_atomic") == [(atomic.id, 3)]
     finally:
+        if a is not None:
+            # A frozen worker's atomic run holds its insert's lock on wk_atomic: the DROP
+            # would wait for it until the test's timeout (and break the connection that
+            # every later test of this process uses).
+            a.stop()
         query("DROP TABLE IF EXISTS wk_atomic")
 
 
@@ -157,7 +165,13 @@ def test_sigterm_finishes_short_jobs_releases_long_ones_and_exits_0(
 
 def test_second_signal_exits_at_once(start_worker: Start, runs: str) -> None:
     long = jobs.record_run.enqueue(runs, 30.0)
-    w = start_worker("--concurrency", "1", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "60"})
+    # STALE_AFTER 30 s: at CI's load the worker's own heartbeat once lagged past the
+    # suite's 2 s and its reaper took the job back before the second signal.
+    w = start_worker(
+        "--concurrency",
+        "1",
+        env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "60", "PGJOBS_TEST_STALE_AFTER": "30"},
+    )
     wait_running_on(long, w)
     w.signal(signal.SIGTERM)
     wait_until(

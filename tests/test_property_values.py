@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.worker.loop import Worker
-from tests.conftest import run_burst_worker
+from tests.conftest import examples, run_burst_worker
 from tests.testapp.jobs import echo_value
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CLEAR_ERRORS = (TypeError, ValueError)
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     database=None,
     suppress_health_check=[
@@ -99,7 +99,6 @@ raw_sql_texts = st.sampled_from(
 
 def _run_worker() -> Worker:
     worker = Worker(
-        install_signal_handlers=False,
         burst=True,
         maintenance=False,
         listen=False,

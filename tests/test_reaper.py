@@ -14,9 +14,13 @@ from typing import Any
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections
 
-from django_pgjobs import signals, sql
+from django_pgjobs import claims, signals
+from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.claim_limited import FLOW_LOCK_KEY
+from django_pgjobs.db.reap import JOB_REAP_STALE, job_reap_stale
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
@@ -38,9 +42,10 @@ LOST = {
 @pytest.mark.django_db
 def test_run_once_reclaims_stale_jobs_and_leaves_fresh_ones() -> None:
     stale = make_job("running", heartbeat_age=30, attempts=1, max_attempts=3, queue="s1")
-    # Its workers were lost three times already, each time with the attempt given back.
+    # Its workers were lost three times already while it ran alone (a suspect, in its
+    # own process), each time with the attempt given back.
     last_try = make_job("running", heartbeat_age=30, attempts=1, max_attempts=3, queue="s2")
-    Job.objects.filter(id=last_try.id).update(errors=[LOST] * 3)
+    Job.objects.filter(id=last_try.id).update(errors=[LOST | {"isolated": True}] * 3, suspect=True)
     fresh = make_job("running", heartbeat_age=0.5, queue="s3")
     fresh_before = snapshot(fresh.id)
     reaped: list[Any] = []
@@ -103,7 +108,7 @@ def _reaper_thread(seen: list[int], errors: list[BaseException], start: threadin
         with psycopg.connect(dsn(), autocommit=True) as conn:
             start.wait()
             while rows := conn.execute(
-                sql.JOB_REAP_STALE,
+                JOB_REAP_STALE,
                 {
                     "stale_after": 10,
                     "batch": 7,
@@ -122,7 +127,7 @@ def test_many_reapers_never_double_reclaim_or_deadlock() -> None:
     jobs.add.enqueue_many([(i, i) for i in range(600)])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {sql.JOB} SET status = 'running', attempts = 1, lease = 1, "
+            f"UPDATE {JOB} SET status = 'running', attempts = 1, lease = 1, "
             "started_at = now(), heartbeat_at = now() - interval '1 minute'"
         )
     seen: list[int] = []
@@ -194,3 +199,42 @@ def test_reap_jobs_loop_keeps_reaping_until_interrupted() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_waited_for_the_flow_lock_is_not_stale_when_it_commits() -> None:
+    """A limited claim waits for the flow lock as long as another worker holds it (one
+    whose claim a GIL-holding job stalled). Its rows' heartbeat is when they are
+    claimed, not its transaction's start: else it commits rows already STALE_AFTER
+    old, and the reaper takes them from the live worker before its first beat."""
+    job = jobs.add.enqueue(1, 2)
+    got: list[list[Claimed]] = []
+
+    def claim() -> None:
+        try:
+            got.append(claims.claim(connection, worker="w", queues=None, n=5, limited=True))
+        finally:
+            connections.close_all()
+
+    with psycopg.connect(dsn(), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [FLOW_LOCK_KEY])
+        thread = threading.Thread(target=claim, daemon=True)
+        thread.start()
+        waited = "SELECT extract(epoch FROM clock_timestamp() - xact_start) FROM pg_stat_activity"
+        # This database only: CI's other legs share the server, and their workers wait
+        # on advisory locks of their own (one matched here, and the test ended early).
+        waited += " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+        waited += " AND datname = current_database()"
+        wait_until(
+            lambda: (row := holder.execute(waited).fetchone()) and row[0] > 5.0,
+            message="the claim waiting 5 s for the flow lock",
+        )
+        holder.execute("SELECT pg_advisory_unlock(%s)", [FLOW_LOCK_KEY])
+        thread.join(30)
+    assert [[c.id for c in claimed] for claimed in got] == [[job.id]]
+    row = Job.objects.get(id=job.id)
+    assert (row.heartbeat_at - row.started_at).total_seconds() > 5.0
+    # Stale after 4 s: rows stamped with the transaction's start would be 5 s old and
+    # more; stamped when claimed, they are as old as this test's last few statements
+    # (a second and more on a loaded box: 1 s was too tight).
+    assert job_reap_stale(connection, stale_after=4.0) == []

@@ -1,5 +1,6 @@
 """A job that kills its worker process must not cost its neighbours an attempt
-(issue #12 item 10), while a real crasher still ends in the dead letters.
+(issue #12 item 10), while a real crasher still ends in the dead letters: reclaimed,
+it runs alone and its next crash is charged to it (issue #22; tests/test_suspects.py).
 
 Real ``runjobs`` subprocesses; timings from tests/settings.py (stale after 2 s)."""
 
@@ -46,30 +47,34 @@ def test_a_process_killing_job_costs_its_neighbours_nothing(
     assert all(r.status == "running" and r.attempts == 1 for r in rows.values())
 
     # One job at a time from here, innocents first (the crasher has priority -10).
+    # All four are suspects now, each run alone in a child process of its own.
     second = start_worker("--queues", "fair", "--concurrency", "1")
     wait_until(
         lambda: all(Job.objects.get(id=j.id).status == "completed" for j in innocents),
         timeout=60,
         message="the innocent jobs to complete",
     )
-    assert second.wait(timeout=60) == 3, second.output()  # the crasher struck again
     for job in innocents:
         row = Job.objects.get(id=job.id)
-        assert (row.status, row.attempts) == ("completed", 1)
+        assert (row.status, row.attempts, row.suspect) == ("completed", 1, False)
         [lost] = row.errors
         assert lost["type"] == "django_pgjobs.exceptions.WorkerLost" and lost["refunded"] is True
     assert sorted(r[0] for r in query(f"SELECT job_id FROM {runs}")) == sorted(
         j.id for j in innocents
     )  # each ran to the end exactly once
 
-    # Its attempt was given back once (max_attempts = 1): the next loss dead-letters it.
-    third = start_worker("--queues", "fair", "--concurrency", "1")
+    # The crasher struck again, in its own process this time: that run is charged to
+    # it (max_attempts = 1: dead), and the worker lives on.
     wait_until(
         lambda: Job.objects.get(id=crasher.id).status == "dead",
         timeout=60,
         message="the crasher to be dead-lettered",
     )
     row = Job.objects.get(id=crasher.id)
-    assert [e["refunded"] for e in row.errors] == [True, False]
-    assert "lost too often" in (row.last_error or "")
-    assert third.proc.poll() is None  # nothing else kills the third worker
+    assert [e["type"] for e in row.errors] == [
+        "django_pgjobs.exceptions.WorkerLost",
+        "django_pgjobs.exceptions.JobCrashed",
+    ]
+    assert row.errors[0]["refunded"] is True
+    assert "the job killed its process (exit 3)" in (row.last_error or "")
+    assert second.proc.poll() is None, second.output()  # nothing kills the second worker

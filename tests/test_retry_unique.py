@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.test import Client
 
-from django_pgjobs import sql
+from django_pgjobs.db.job_admin import Retried
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
 from tests import flow_jobs
@@ -128,7 +128,7 @@ def _waiting_on_a_lock() -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def _race(first: Callable[[], Any], *, commit: bool, second_ids: list[int]) -> sql.Retried:
+def _race(first: Callable[[], Any], *, commit: bool, second_ids: list[int]) -> Retried:
     """Run ``first`` in an open transaction on one connection, start a retry of
     ``second_ids`` on another, wait until it blocks, then end the first transaction."""
     started, finish = threading.Event(), threading.Event()

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from django_pgjobs import sql
+from django_pgjobs import claims
 from django_pgjobs.states import ACTIVE, ALLOWED_TRANSITIONS, TERMINAL, JobStatus, can_move
 
 pytestmark = pytest.mark.django_db
@@ -67,9 +67,9 @@ def test_claim_plan_uses_the_partial_index() -> None:
                           FROM generate_series(1, 50)""")
         cursor.execute("ANALYZE django_pgjobs_job")
     for statement, params in [
-        (sql.JOB_CLAIM_ONE_QUEUE, {"queue": "default", "n": 10, "worker": "w"}),
-        (sql.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"], "n": 10, "worker": "w"}),
-        (sql.JOB_CLAIM_ALL, {"n": 10, "worker": "w"}),
+        (claims.JOB_CLAIM_ONE_QUEUE, {"queue": "default", "n": 10, "worker": "w"}),
+        (claims.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"], "n": 10, "worker": "w"}),
+        (claims.JOB_CLAIM_ALL, {"n": 10, "worker": "w"}),
     ]:
         plan = _explain(statement, params)
         assert "pgjobs_job_claim_idx" in plan, plan
@@ -85,6 +85,9 @@ def test_claim_plan_uses_the_partial_index() -> None:
         ("task, finished_at", "'x', now()"),  # pending with finished_at
         ("task, attempts, max_attempts", "'x', 4, 3"),
         ("task, max_attempts", "'x', 0"),
+        ("task, status", "'x', 'blocked'"),  # blocked, waiting for nothing
+        ("task, status, waiting", "'x', 'blocked', 0"),
+        ("task, status, finished_at, waiting", "'x', 'blocked', now(), 1"),
     ],
 )
 def test_check_constraints_hold_the_invariants(columns: str, values: str) -> None:
@@ -98,7 +101,17 @@ def test_state_machine_is_one_definition() -> None:
         assert can_move(src, dst)
     assert not can_move(JobStatus.COMPLETED, JobStatus.RUNNING)
     for terminal in TERMINAL:
-        assert {dst for (src, dst) in ALLOWED_TRANSITIONS if src == terminal} <= {JobStatus.PENDING}
+        # out of a finished status only by a retry: to pending, or, for a workflow
+        # node whose parents have not all finished, back to blocked
+        assert {dst for (src, dst) in ALLOWED_TRANSITIONS if src == terminal} <= {
+            JobStatus.PENDING,
+            JobStatus.BLOCKED,
+        }
+    # a blocked job leaves only to run (pending) or to be cancelled
+    assert {dst for (src, dst) in ALLOWED_TRANSITIONS if src == JobStatus.BLOCKED} == {
+        JobStatus.PENDING,
+        JobStatus.CANCELLED,
+    }
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,14 +1,18 @@
-"""``scripts/dev``: which Django it picks, and ``scripts/dev stop`` stopping an embedded
-PostgreSQL started from this checkout (and saying how)."""
+"""``scripts/dev``: which Django it picks, the test tiers (a bare ``scripts/dev test``
+runs the fast ones, ``--all`` everything CI's legs run), and ``scripts/dev stop``
+stopping an embedded PostgreSQL started from this checkout (and saying how)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,6 +53,75 @@ def test_help_lists_stop() -> None:
     proc = dev("help")
     assert proc.returncode == 2
     assert "scripts/dev stop" in proc.stdout
+
+
+def planned_runs(*args: str) -> tuple[list[tuple[str, list[str]]], str]:
+    """The pytest runs ``scripts/dev test ARGS`` would make (its dry run: nothing is
+    installed or run), as (name, pytest arguments), and what it prints on stderr."""
+    proc = dev("test", *args, PGJOBS_DEV_DRY_RUN="1")
+    assert proc.returncode == 0, proc.stderr
+    runs = []
+    for line in proc.stdout.splitlines():
+        name, _, command = line.partition(": pytest ")
+        runs.append((name, shlex.split(command.split("   # skipped here")[0])))
+    return runs, proc.stderr
+
+
+def collected(args: list[str]) -> set[str]:
+    """The test ids pytest selects with ``args``. Collection only, so without xdist's
+    ``-n`` (it would start workers to collect the same ids)."""
+    if "-n" in args:
+        at = args.index("-n")
+        args = args[:at] + args[at + 2 :]
+    return set(_collected(tuple(args)))
+
+
+@functools.cache
+def _collected(args: tuple[str, ...]) -> frozenset[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return frozenset(line for line in proc.stdout.splitlines() if "::" in line)
+
+
+@pytest.mark.process  # pytest runs of the whole suite (collection only)
+def test_bare_test_runs_the_fast_tiers_in_parallel_then_says_how_to_run_the_rest() -> None:
+    runs, told = planned_runs()
+    assert [name for name, _ in runs] == ["fast tiers"]
+    args = runs[0][1]
+    assert args[args.index("-n") + 1] == "2"  # pytest-xdist, as CI's main leg
+    with ThreadPoolExecutor(2) as pool:
+        fast, everything, pgcron = pool.map(collected, [args, [], ["-m", "pgcron"]])
+    # Everything but the fault suite (all of tests/faults, drills and soaks included)
+    # and the pg_cron tests.
+    assert pgcron and not any(t.startswith("tests/faults/") for t in pgcron)
+    assert fast == {t for t in everything if not t.startswith("tests/faults/")} - pgcron
+    assert len(fast) > 500 and any(t.startswith("tests/faults/") for t in everything)
+    for rest in ("scripts/dev test --all", "faults and not", "test_statement_matrix.py", "-m soak"):
+        assert rest in told, told
+
+
+@pytest.mark.process  # pytest runs of the whole suite (collection only)
+def test_all_runs_what_ci_runs_the_fault_suite_and_the_drills_included() -> None:
+    runs, _ = planned_runs("--all", "-x")
+    names = [name for name, _ in runs]
+    assert names[0] == "fast tiers (leg main)"
+    assert {"failover drill", "partition drill"} <= set(names)
+    assert all(args[-1] == "-x" for _, args in runs)  # extra arguments go to every run
+    with ThreadPoolExecutor(2) as pool:
+        selections = list(pool.map(collected, [args for _, args in runs] + [[]]))
+    *parts, everything = selections
+    covered = set().union(*parts)
+    # Every test but the soaks (not run in CI), each in one run only.
+    assert covered == everything
+    assert sum(len(p) for p in parts) == len(covered)
+    for module in ("test_statement_matrix.py", "test_failover.py", "test_partition.py"):
+        assert any(t.startswith(f"tests/faults/{module}::") for t in covered), module
 
 
 @pytest.mark.process

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from django.dispatch import Signal
 
-from django_pgjobs import signals, sql
+from django_pgjobs import claims, signals
+from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.models import Job
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.executor import execute
@@ -58,7 +59,7 @@ def raising() -> Iterator[None]:
 
 
 def _burst() -> Worker:
-    worker = Worker(install_signal_handlers=False, burst=True, maintenance=False)
+    worker = Worker(burst=True, maintenance=False)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     thread.join(30)
@@ -97,10 +98,10 @@ def test_fenced_write_sends_job_fenced_and_changes_nothing(
     task = {"completed": jobs.add, "retry": jobs.always_fails, "dead": jobs.discard_me}[kind]
     job = task.enqueue(1, 2) if kind == "completed" else task.enqueue()
     Job.objects.filter(id=job.id).update(run_at=job.run_at.replace(year=2000))
-    [claimed] = sql.claim(connection, worker="zombie", queues=["default"], n=1)
+    [claimed] = claims.claim(connection, worker="zombie", queues=["default"], n=1)
     outcome = execute(claimed, worker="zombie", alias="default")
     assert outcome.kind == kind
-    sql.cancel(connection, [job.id])  # someone else moved the lease on
+    job_cancel(connection, [job.id])  # someone else moved the lease on
     job.refresh_from_db()
     before = (job.status, job.lease, job.errors, job.finished_at)
     ours = outcomes.write(connection, claimed, outcome)

@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-from django_pgjobs import sql, tracing
+from django_pgjobs import tracing
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from tests.conftest import wait_until
@@ -58,7 +59,7 @@ def records(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
 
 def _stored_context(job: Job) -> dict[str, str] | None:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT trace_context FROM {sql.JOB} WHERE id = %s", [job.id])
+        cursor.execute(f"SELECT trace_context FROM {JOB} WHERE id = %s", [job.id])
         value = cursor.fetchone()[0]
     return json.loads(value) if isinstance(value, str) else value
 
@@ -248,7 +249,7 @@ def test_async_job_and_aenqueue_spans(spans: InMemorySpanExporter) -> None:
         return job
 
     job = asyncio.run(request())
-    worker = Worker(install_signal_handlers=False, burst=True, maintenance=False)
+    worker = Worker(burst=True, maintenance=False)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     thread.join(30)
@@ -262,3 +263,30 @@ def test_async_job_and_aenqueue_spans(spans: InMemorySpanExporter) -> None:
     assert send["parent_id"] == req["span_id"]
     assert process["parent_id"] == send["span_id"] and process["trace_id"] == req["trace_id"]
     assert process["attributes"]["messaging.message.id"] == str(job.id)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "'{\"traceparent\": 5}'::jsonb",
+        '\'{"traceparent": ["00-x"], "tracestate": {"a": 1}}\'::jsonb',
+        "'[1, 2]'::jsonb",
+        "'\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"'::jsonb",
+        "(repeat('[', 3000) || repeat(']', 3000))::jsonb",
+        "'{\"traceparent\": 1e5000}'::jsonb",
+    ],
+)
+@pytest.mark.django_db
+def test_a_hostile_stored_trace_context_never_fails_the_job(
+    spans: InMemorySpanExporter, stored: str
+) -> None:
+    """Issue #22 row G: ``{"traceparent": 5}`` made the propagator raise TypeError and
+    the job was dead-lettered without running. A trace is never worth failing a job
+    for: the job runs, in a span of a trace of its own."""
+    job = add.enqueue(2, 3)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {JOB} SET trace_context = {stored} WHERE id = %s", [job.id])
+    ran = run_jobs()
+    assert [(r.id, r.status) for r in ran] == [(job.id, "completed")]
+    process = [r for r in records(spans) if r["name"].endswith(" process")]
+    assert len(process) == 1 and process[0]["parent_id"] is None, process

@@ -16,11 +16,25 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import OperationalError, connection, connections
 
-from django_pgjobs import JobTimeout, signals, sql
+from django_pgjobs import JobTimeout, claims, signals
+from django_pgjobs.db.claim import pending_queues
+from django_pgjobs.db.job_insert import JOB_INSERT
+from django_pgjobs.db.job_outcome import (
+    JOB_COMPLETE_MANY,
+    JOB_COMPLETE_MANY_REDO,
+    JOB_RETRY,
+    job_complete_many,
+    job_dead,
+    job_retry,
+)
+from django_pgjobs.errors import error_entry
 from django_pgjobs.models import Job
 from django_pgjobs.throttle import Backoff
-from django_pgjobs.worker.executor import error_entry, make_context
-from django_pgjobs.worker.loop import InFlight, Worker
+from django_pgjobs.worker.claimer import ClaimSize
+from django_pgjobs.worker.executor import make_context
+from django_pgjobs.worker.heartbeat import Heartbeat, WorkerRow
+from django_pgjobs.worker.inflight import DONE, InFlight, InFlightTable
+from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.outcomes import Outcome
 from tests.testapp import core_jobs, jobs
 
@@ -66,13 +80,13 @@ def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once
 ) -> None:
     ids = [jobs.add.enqueue(i, i).id for i in range(3)]
     failing = jobs.always_fails.enqueue().id
-    claimed = sql.claim(connection, worker="w", queues=None, n=10)
+    claimed = claims.claim(connection, worker="w", queues=None, n=10)
     assert {c.id for c in claimed} == {*ids, failing}
-    worker = Worker(install_signal_handlers=False, maintenance=False)
+    worker = Worker(maintenance=False)
     batch = []
     for c in claimed:
-        entry = InFlight(c, make_context(c, "w"), state="done")
-        worker.inflight[c.id] = entry
+        entry = InFlight(c, make_context(c, "w"), state=DONE)
+        worker.inflight.add([entry])
         if c.id == failing:
             outcome = Outcome(
                 "retry",
@@ -83,35 +97,37 @@ def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once
         else:
             outcome = Outcome("completed", value=c.args[0] * 2)
         batch.append((entry, outcome))
-    with connection.execute_wrapper(lose_first_reply(sql.JOB_COMPLETE_MANY, sql.JOB_RETRY)):
-        worker._write_batch(connection, batch, Backoff("test"))
+    with connection.execute_wrapper(lose_first_reply(JOB_COMPLETE_MANY, JOB_RETRY)):
+        worker.completer.write_batch(connection, batch, Backoff("test"))
     assert received["fenced"] == []
     assert sorted(r["job_id"] for r in received["succeeded"]) == sorted(ids)
     assert [r["job_id"] for r in received["failed"]] == [failing]
     assert worker.counts["completed"] == 3 and worker.counts["retry"] == 1
-    assert not worker.inflight
+    assert len(worker.inflight) == 0
     assert set(Job.objects.filter(id__in=ids).values_list("status", flat=True)) == {"completed"}
     assert Job.objects.get(id=failing).status == "pending"
 
 
 def test_outcome_writes_recognise_their_own_committed_write() -> None:
     a, b = jobs.noop.enqueue().id, jobs.noop.enqueue().id
-    first, second = sorted(sql.claim(connection, worker="w", queues=None, n=2), key=lambda c: c.id)
+    first, second = sorted(
+        claims.claim(connection, worker="w", queues=None, n=2), key=lambda c: c.id
+    )
     items = [(first.id, first.lease, None)]
-    assert sql.complete_many(connection, items) == {a}
-    assert sql.complete_many(connection, items) == {a}  # again: still ours, not fenced
+    assert job_complete_many(connection, items) == {a}
+    assert job_complete_many(connection, items) == {a}  # again: still ours, not fenced
     error = error_entry(second.attempt, ValueError("x"), "w")
-    assert sql.dead(connection, id=b, lease=second.lease, error=error)
-    assert sql.dead(connection, id=b, lease=second.lease, error=error)
+    assert job_dead(connection, id=b, lease=second.lease, error=error)
+    assert job_dead(connection, id=b, lease=second.lease, error=error)
     assert len(Job.objects.get(id=b).errors) == 1
     # Another lease is still fenced.
-    assert sql.complete_many(connection, [(a, first.lease + 1, None)]) == set()
+    assert job_complete_many(connection, [(a, first.lease + 1, None)]) == set()
 
 
 def test_retry_never_leaves_a_row_pending_with_its_attempts_used_up() -> None:
     job = jobs.noop.using(max_attempts=1).enqueue()
-    [c] = sql.claim(connection, worker="w", queues=None, n=1)
-    assert sql.retry(
+    [c] = claims.claim(connection, worker="w", queues=None, n=1)
+    assert job_retry(
         connection, id=job.id, lease=c.lease, delay=0, error=error_entry(1, ValueError("x"), "w")
     )
     job.refresh_from_db()
@@ -129,12 +145,12 @@ def test_hot_cursor_honours_execute_wrappers() -> None:
         return execute(sql_text, params, many, context)
 
     with connection.execute_wrapper(spy):
-        claimed = sql.claim(connection, worker="w", queues=None, n=1)
-        sql.complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
+        claimed = claims.claim(connection, worker="w", queues=None, n=1)
+        job_complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
         jobs.noop.enqueue()
-    assert sql.JOB_CLAIM_ALL in seen and sql.JOB_COMPLETE_MANY_REDO in seen
-    assert sql.pending_queues(connection) == ["default"]
-    assert sql.JOB_INSERT in seen
+    assert claims.JOB_CLAIM_ALL in seen and JOB_COMPLETE_MANY_REDO in seen
+    assert pending_queues(connection) == ["default"]
+    assert JOB_INSERT in seen
 
 
 def _prepared_names() -> set[str]:
@@ -150,7 +166,7 @@ def test_hot_statements_are_prepared_unless_told_not_to(
     settings.PGJOBS = {**settings.PGJOBS, "PREPARE": setting}
     connection.close()  # a fresh connection decides afresh
     jobs.noop.enqueue()
-    sql.claim(connection, worker="w", queues=None, n=1)
+    claims.claim(connection, worker="w", queues=None, n=1)
     prepared = _prepared_names()
     assert any("pg_notify" in s and "INSERT INTO" in s for s in prepared) is expect
     assert any("SKIP LOCKED" in s for s in prepared) is expect
@@ -197,11 +213,68 @@ def test_claims_grow_with_fast_jobs_and_shrink_with_slow_ones() -> None:
     busy worker claims no fewer than a quarter of its threads plus prefetch: no-op jobs
     are claimed ~100 at a time (the claim's fixed cost spread thin), one-second jobs
     one thread's worth at a time (nothing hoarded that another worker could start)."""
-    worker = Worker(concurrency=16, batch=100, install_signal_handlers=False, maintenance=False)
-    assert worker._prefetch() == 0 and worker._min_claim() == 4  # no job time observed yet
-    worker._job_time = 50e-6
-    assert worker._prefetch() == 100 and worker._min_claim() == 29
-    assert worker._claimable() == 100  # idle: --batch
-    worker._job_time = 1.0
-    assert worker._prefetch() == 0 and worker._min_claim() == 4
-    assert worker._claimable() == 16  # idle: one job per thread
+    size = ClaimSize(concurrency=16, async_concurrency=100, batch=100)
+    idle = (0, 0, 0)  # no slot taken, no outcome waiting
+    assert size.prefetch() == 0 and size.min_claim() == 4  # no job time observed yet
+    size.observe(50e-6, is_async=False)
+    assert size.prefetch() == 100 and size.min_claim() == 29
+    assert size.claimable(idle, has_loop=False) == 100  # idle: --batch
+    size.job_time = 1.0
+    assert size.prefetch() == 0 and size.min_claim() == 4
+    assert size.claimable(idle, has_loop=False) == 16  # idle: one job per thread
+    assert size.claimable((16, 0, 0), has_loop=False) == 0  # every thread busy
+    assert size.claimable((0, 0, size.max_waiting), has_loop=False) == 0  # writes behind
+
+
+def test_a_stale_heartbeat_never_cancels_the_next_claim_of_the_same_job() -> None:
+    """The heartbeat reads the leases, then writes: a job that failed in between and was
+    claimed again by this worker (a retry due at once) has a new lease, which is not
+    lost; only a run holding the lease the heartbeat sent is cancelled. (Seen in CI: a
+    false ``job_fenced`` for attempt 2 under load.)"""
+    job = jobs.add.enqueue(1, 2)
+    [first] = claims.claim(connection, worker="w-core", queues=[job.queue], n=1)
+    stale_snapshot = [(first.id, first.lease)]
+    assert (
+        job_retry(
+            connection,
+            id=first.id,
+            lease=first.lease,
+            delay=0,
+            error=error_entry(first.attempt, ValueError("boom"), "w-core"),
+        )
+        == "pending"
+    )
+    [second] = claims.claim(connection, worker="w-core", queues=[job.queue], n=1)
+    assert second.lease != first.lease
+    table = InFlightTable()
+    entry = InFlight(claimed=second, context=make_context(second, "w-core"))
+    table.add([entry])
+
+    class StaleLeases:
+        """The table, but read before the retry and the new claim."""
+
+        def leases(self) -> list[tuple[int, int]]:
+            return stale_snapshot
+
+        def lease_lost(self, job_id: int, lease: int) -> Any:
+            return table.lease_lost(job_id, lease)
+
+    row = WorkerRow(id="w-core", queues=None, concurrency=1, tasks=[])
+    beat = Heartbeat(jobs=StaleLeases(), row=row, alias="default", interval=1)
+    lost = beat.beat(connections["default"])
+    assert lost == [(first.id, first.lease)]  # the statement saw the old lease gone
+    fenced: list[dict[str, Any]] = []
+
+    def on_fenced(**kwargs: Any) -> None:
+        fenced.append(kwargs)
+
+    signals.job_fenced.connect(on_fenced, weak=False)
+    try:
+        beat.report_lost(lost)
+    finally:
+        signals.job_fenced.disconnect(on_fenced)
+    assert not entry.context.is_cancelled()
+    assert fenced == []
+    # The run that did hold a lost lease is still cancelled, and reported once.
+    assert table.lease_lost(second.id, second.lease) is second
+    assert entry.context.is_cancelled()

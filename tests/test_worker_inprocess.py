@@ -19,12 +19,15 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_pgjobs import signals, sql
+from django_pgjobs import claims, signals
+from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.retry import backoff
+from django_pgjobs.states import JobStatus
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY, Worker
 from tests.conftest import run_burst_worker, wait_until
+from tests.rows import make_job
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,7 +38,7 @@ def running(**options: Any) -> Iterator[Worker]:
     """A Worker running in a background thread; stopped (gracefully) on exit."""
     options.setdefault("maintenance", False)
     options.setdefault("poll_interval", 0.1)
-    worker = Worker(install_signal_handlers=False, **options)
+    worker = Worker(**options)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(worker.run()), daemon=True)
     thread.start()
@@ -51,7 +54,7 @@ def running(**options: Any) -> Iterator[Worker]:
 def run_burst(**options: Any) -> Worker:
     """Run a burst worker to completion in a thread (with a deadline)."""
     options.setdefault("maintenance", False)
-    worker = Worker(install_signal_handlers=False, burst=True, **options)
+    worker = Worker(burst=True, **options)
     run_burst_worker(worker)
     return worker
 
@@ -106,7 +109,7 @@ def test_dead_letter_when_attempts_run_out() -> None:
 
 def test_retry_run_at_follows_full_jitter_backoff() -> None:
     job = jobs.always_fails.using(max_attempts=5).enqueue()
-    [claimed] = sql.claim(connection, worker="w", queues=["default"], n=1)
+    [claimed] = claims.claim(connection, worker="w", queues=["default"], n=1)
     from django_pgjobs.worker import outcomes
     from django_pgjobs.worker.executor import execute
 
@@ -145,7 +148,7 @@ def test_retry_on_retries_only_listed_exceptions() -> None:
 
 def test_unknown_task_is_left_pending_without_import() -> None:
     # Deploy skew (SPEC §2): a worker never claims a task it does not know; the job
-    # waits (tests/test_skew.py covers the dead letter after UNKNOWN_TASK_TIMEOUT).
+    # waits (tests/test_flow.py covers the dead letter after UNKNOWN_TASK_TIMEOUT).
     job = jobs.noop.enqueue()
     Job.objects.filter(id=job.id).update(task="os.system")
     other = jobs.noop.enqueue()
@@ -211,7 +214,7 @@ def test_atomic_job_cancelled_mid_run_rolls_back_its_writes() -> None:
         job = jobs.atomic_insert.enqueue("wk_atomic2", 1.5)
         with running():
             wait_status(job, "running")
-            assert sql.cancel(connection, [job.id]) == {job.id}
+            assert job_cancel(connection, [job.id]) == {job.id}
             wait_until(
                 lambda: any(f["job_id"] == job.id for f in fenced),
                 timeout=10,
@@ -275,7 +278,7 @@ def test_lost_lease_is_noticed_by_heartbeat_and_fenced(caplog: pytest.LogCapture
         job = jobs.wait_for_cancel.enqueue(10.0)
         with caplog.at_level(logging.WARNING, logger="django_pgjobs"), running() as worker:
             wait_status(job, "running")
-            sql.cancel(connection, [job.id])
+            job_cancel(connection, [job.id])
             # The heartbeat sees the lease move, the job's context turns cancelled, it
             # returns early, and its completion is refused.
             wait_until(lambda: worker.counts["fenced"] == 1, timeout=10, message="fenced")
@@ -294,7 +297,7 @@ def test_lost_lease_is_noticed_by_heartbeat_and_fenced(caplog: pytest.LogCapture
 
 def test_max_jobs_stops_after_that_many_claims() -> None:
     made = [jobs.noop.enqueue() for _ in range(10)]
-    worker = Worker(install_signal_handlers=False, max_jobs=3, maintenance=False, batch=2)
+    worker = Worker(max_jobs=3, maintenance=False, batch=2)
     assert worker.run() == 0
     assert worker.claimed_count == 3 and worker.counts["completed"] == 3
     assert Job.objects.filter(id__in=[j.id for j in made], status="completed").count() == 3
@@ -336,3 +339,41 @@ def _listening() -> bool:
             " AND query = 'LISTEN pgjobs'"
         )
         return bool(cursor.fetchone()[0])
+
+
+class _WaitsOnALock:
+    """A maintenance pass that waits on a lock another session holds, as a pass would
+    wait for a worker frozen inside its transaction."""
+
+    name = "waits-on-a-lock"
+    interval = 0.1
+
+    def run_once(self) -> dict[str, Any]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(7426)")
+        return {}
+
+
+def test_a_pass_waiting_on_a_lock_does_not_hold_up_the_reaper(other_connection: Any) -> None:
+    """The reaper runs in a thread of its own: a job whose worker went silent is
+    reclaimed while another maintenance pass of the same worker waits on a lock."""
+    from django_pgjobs.maintenance.reaper import Reaper
+
+    other_connection.execute("SELECT pg_advisory_lock(7426)")
+    try:
+        with running(services=[_WaitsOnALock(), Reaper(stale_after=2.0)]):
+            wait_until(
+                lambda: other_connection.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                ).fetchone()[0],
+                message="the pass waiting on the lock",
+            )
+            # the suite's helper: running, attempt 1, its heartbeat a minute old
+            job = make_job(
+                JobStatus.RUNNING, task="tests.testapp.jobs.noop", args=[], heartbeat_age=60.0
+            )
+            wait_status(job, "pending", "completed", timeout=30)
+            other_connection.execute("SELECT pg_advisory_unlock(7426)")
+    finally:
+        other_connection.execute("SELECT pg_advisory_unlock_all()")

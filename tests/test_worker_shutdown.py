@@ -24,7 +24,7 @@ def _waiting(conn: psycopg.Connection, statement: str) -> bool:
     """Whether a backend is waiting on a lock while running ``statement…``."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND pid <> pg_backend_pid() AND query LIKE %s",
+        "AND pid <> pg_backend_pid() AND datname = current_database() AND query LIKE %s",
         ["%" + statement + "%"],
     ).fetchone()
     return bool(row and row[0])
@@ -37,7 +37,7 @@ def test_a_heartbeat_in_flight_at_stop_cannot_bring_the_worker_row_back(
     an open transaction) when the worker is told to stop. The worker must wait for
     that heartbeat before deleting its row; a worker that deleted first would see
     the heartbeat re-insert the row once the transaction commits."""
-    worker = Worker(install_signal_handlers=False, maintenance=False, poll_interval=0.1)
+    worker = Worker(maintenance=False, poll_interval=0.1)
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
     thread.start()
@@ -113,7 +113,7 @@ def refuse_outcomes(other_connection: psycopg.Connection) -> Iterator[Callable[[
 
 
 def _run_burst() -> tuple[Worker, int]:
-    worker = Worker(install_signal_handlers=False, burst=True, maintenance=False, listen=False)
+    worker = Worker(burst=True, maintenance=False, listen=False)
     return worker, run_burst_worker(worker)
 
 

@@ -1,7 +1,8 @@
-"""The Django admin: the job list and detail with their actions (``jobs``), the queue
-rows (``queues``) and the overview page's SVG charts (``charts``).
+"""The Django admin: the job list, detail, actions and overview (``jobs`` and the modules
+it is made of), the worker rows (``workers``), the queue rows (``queues``), the workflow runs
+(``workflows``) and the overview page's SVG charts (``charts``).
 
-Importing this package registers both ModelAdmins (Django's autodiscovery does).
+Importing this package registers the ModelAdmins (Django's autodiscovery does).
 """
 
-from django_pgjobs.admin import jobs, queues  # noqa: F401 (registers the ModelAdmins)
+from django_pgjobs.admin import jobs, queues, workers, workflows  # noqa: F401 (registers the ModelAdmins)

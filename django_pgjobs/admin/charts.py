@@ -13,6 +13,8 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from django_pgjobs.health.activity import MAX_LAG_QUEUES, activity
+
 WIDTH, HEIGHT = 560, 170
 LEFT, RIGHT, TOP, BOTTOM = 52, 8, 10, 22
 #: Tops of the lag axis (seconds): round durations.
@@ -196,8 +198,6 @@ def refresh_seconds(value: str | None) -> int:
 
 def overview_charts(connection: Any, ov: Any) -> dict[str, Any]:
     """The overview's chart context from its ``Overview`` (two more bounded queries)."""
-    from django_pgjobs.health.activity import MAX_LAG_QUEUES, activity
-
     oldest_due = {q.queue: ov.now - q.lag for q in ov.queues if q.lag is not None and q.due}
     data = activity(connection, now=ov.now, oldest_due=oldest_due)
     totals = data.finished_total

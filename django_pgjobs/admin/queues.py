@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from django_pgjobs import flow
+from django_pgjobs.admin.lookups import RefusesNulLookups
 from django_pgjobs.conf import get_settings
 from django_pgjobs.models import Job, Queue
 from django_pgjobs.states import JobStatus
@@ -35,7 +36,7 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]  # generic in the st
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
+class QueueAdmin(RefusesNulLookups, admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     form = QueueForm
     list_display = ("name", "paused", "max_running", "rate", "running", "pending", "updated_at")
     list_editable = ("paused", "max_running", "rate")

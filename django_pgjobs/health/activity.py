@@ -1,15 +1,15 @@
 """The last hour, minute by minute: what the overview's charts draw.
 
-Two read-only queries, each bounded like the rest of the overview — their cost
-follows the last hour's throughput and the live work, never the history:
+Two read-only queries (``db/status.py``), each bounded like the rest of the overview — they read
+the minute rollup (``db/rollup.py``), the few seconds of finishes since its mark and the
+running jobs, so their cost follows neither the throughput nor the history:
 
-* finished jobs per minute and final status: a range scan of the partial
-  ``finished_at`` index over the window;
+* finished jobs per minute and final status: the rollup's minutes plus the live tail;
 * queue lag per minute, reconstructed from the rows themselves. A job waited
   from its ``run_at`` until its ``started_at``; the lag of a queue at minute *t*
   is the longest such wait still open at *t*. For every minute in which jobs
-  were claimed, the query returns the earliest ``run_at`` among them (rows that
-  finished in the window, through the ``finished_at`` index, and running rows,
+  were claimed, the query returns the earliest ``run_at`` among them (the rollup's
+  ``waited_since`` of that minute, rows finished since its mark, and running rows,
   through the running index); the still-waiting jobs add the current lag (the
   status query's oldest due ``run_at``, through the claim index). From these,
   lag(t) = t - min{earliest run_at of jobs claimed after t that were due by t}.
@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import sql
+from django_pgjobs.db.status import CLAIMED_PER_MINUTE, FINISHED_PER_MINUTE
 from django_pgjobs.states import JobStatus
 
 #: How far back the charts go.
@@ -33,34 +33,6 @@ WINDOW = timedelta(hours=1)
 MAX_LAG_QUEUES = 6
 #: Final statuses drawn, in stacking order.
 OUTCOMES = (JobStatus.COMPLETED.value, JobStatus.DEAD.value, JobStatus.CANCELLED.value)
-
-# Finished jobs per minute and status within the window: a range scan of the
-# partial finished_at index (pgjobs_job_finished_idx). No locks.
-FINISHED_PER_MINUTE = f"""
-SELECT date_trunc('minute', finished_at) AS minute, status, count(*)
-  FROM {sql.JOB}
- WHERE finished_at IS NOT NULL AND finished_at > now() - make_interval(secs => %(window)s)
- GROUP BY 1, 2
- LIMIT 1000
-"""
-
-# Per queue and minute of claim: the earliest run_at of the jobs claimed in that
-# minute (see the module docstring). Jobs claimed in the window have finished in
-# it (finished_at index) or are running (running index); never the history. No locks.
-CLAIMED_PER_MINUTE = f"""
-SELECT queue, date_trunc('minute', started_at) AS minute, min(run_at)
-  FROM (
-        SELECT queue, started_at, run_at FROM {sql.JOB}
-         WHERE finished_at IS NOT NULL
-           AND finished_at > now() - make_interval(secs => %(window)s)
-        UNION ALL
-        SELECT queue, started_at, run_at FROM {sql.JOB}
-         WHERE status = '{JobStatus.RUNNING}'
-       ) AS claimed
- WHERE started_at > now() - make_interval(secs => %(window)s) AND started_at > run_at
- GROUP BY 1, 2
- LIMIT 20000
-"""
 
 
 @dataclass

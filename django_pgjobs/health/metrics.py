@@ -17,11 +17,12 @@ Metric names and labels are the contract of SPEC §13 and the reference page
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -37,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the install docs, 
     ) from exc
 
 from django_pgjobs import signals
-from django_pgjobs.health.queue_stats import QueueSample, QueueStatsRefresher
+from django_pgjobs.health.queue_stats import QueueSample, QueueStatsRefresher, configured_queues
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -45,8 +46,9 @@ logger = logging.getLogger("django_pgjobs")
 OUTCOMES = ("completed", "retried", "dead", "fenced", "released", "timed_out")
 #: Values of the ``state`` label of ``pgjobs_queue_jobs``. ``due`` is the part of
 #: ``pending`` whose run_at has passed, ``stuck`` the part of ``running`` whose
-#: heartbeat is stale: sum only pending and running.
-QUEUE_STATES = ("pending", "due", "running", "stuck")
+#: heartbeat is stale: sum only pending, running and blocked (workflow jobs waiting
+#: for their parents, not claimable).
+QUEUE_STATES = ("pending", "due", "running", "stuck", "blocked")
 #: Histogram buckets (seconds): from no-op jobs to hour-long reports.
 DURATION_BUCKETS = (
     0.005,
@@ -66,27 +68,64 @@ DURATION_BUCKETS = (
     900.0,
     3600.0,
 )
+#: Where ``/metrics`` listens unless ``--metrics-address`` or ``METRICS_ADDRESS`` says
+#: otherwise: this host only, so nothing is exposed to the network unless asked.
+DEFAULT_ADDRESS = "127.0.0.1"
 #: How many finished runs are remembered so a run reported twice (a timeout also
 #: reported as a failure) is counted once.
 REMEMBERED_RUNS = 10_000
 
 
+#: The ``queue`` label of every queue that keeps no label of its own.
+OTHER = "other"
+
+
 class QueueCollector:
-    """``pgjobs_queue_jobs`` and ``pgjobs_queue_lag_seconds`` from the last snapshot.
+    """``pgjobs_queue_jobs`` and ``pgjobs_queue_lag_seconds`` from the last snapshot,
+    and the ``queue`` label every metric of the process uses.
 
     A custom collector rather than labelled Gauges: a snapshot replaces the last
-    one whole, and a queue that emptied reports zeros instead of lingering values.
+    one whole, so a queue that is gone leaves no series behind. Label cardinality is
+    bounded: only the ``kept`` queues (configured, or with a row in the queue table,
+    see ``QueueStatsRefresher``) have their own label, always reported (at zero when
+    empty); every other queue is folded into ``queue="other"`` (counts summed, lag
+    the largest). ``kept=None`` (the default, for code that builds its own metrics)
+    folds nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, kept: Iterable[str] | None = None) -> None:
         self._samples: dict[str, QueueSample] = {}
+        self._kept: frozenset[str] | None = None if kept is None else frozenset(kept)
         self._lock = threading.Lock()
 
-    def update(self, samples: Sequence[QueueSample], *, known: Sequence[str] = ()) -> None:
-        """Replace the snapshot; queues seen before (or ``known``) stay, at zero."""
+    def label(self, queue: str | None) -> str:
+        """The ``queue`` label of ``queue``: its name if it is kept, else ``other``."""
+        kept = self._kept
+        name = queue or ""
+        return name if kept is None or name in kept else OTHER
+
+    def update(
+        self,
+        samples: Sequence[QueueSample],
+        *,
+        known: Sequence[str] = (),
+        kept: Iterable[str] | None = None,
+    ) -> None:
+        """Replace the snapshot; ``known`` queues (and ``kept`` ones, which become the
+        labelled set) are reported at zero when empty; the rest fold into ``other``."""
         with self._lock:
-            fresh = {name: QueueSample(name) for name in (*self._samples, *known)}
-            fresh.update((s.queue, s) for s in samples)
+            if kept is not None:
+                self._kept = frozenset((*kept, *known))
+            labelled = set(known) if self._kept is None else set(self._kept)
+            fresh = {name: QueueSample(name) for name in labelled}
+            if self._kept is not None:
+                fresh[OTHER] = QueueSample(OTHER)
+            for s in samples:
+                name = s.queue if self._kept is None or s.queue in self._kept else OTHER
+                into = fresh.setdefault(name, QueueSample(name))
+                for state in QUEUE_STATES:
+                    setattr(into, state, getattr(into, state) + getattr(s, state))
+                into.lag = max(into.lag, s.lag)
             self._samples = fresh
 
     def samples(self) -> list[QueueSample]:
@@ -103,8 +142,9 @@ class QueueCollector:
     def _families(samples: list[QueueSample]) -> list[Metric]:
         jobs = GaugeMetricFamily(
             "pgjobs_queue_jobs",
-            "Jobs per queue and state (pending, due, running, stuck), read from the "
-            "partial indexes on an interval. due is part of pending, stuck part of running.",
+            "Jobs per queue and state (pending, due, running, stuck, blocked), read from "
+            "the partial indexes on an interval. due is part of pending, stuck part of "
+            "running; blocked jobs wait for their parents (workflows).",
             labels=["queue", "state"],
         )
         lag = GaugeMetricFamily(
@@ -130,7 +170,11 @@ class WorkerMetrics:
     refresher: QueueStatsRefresher | None = None
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        process_metrics: bool = True,
+        kept: Iterable[str] | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.finished = Counter(
@@ -159,7 +203,7 @@ class WorkerMetrics:
             registry=self.registry,
         )
         self.inflight.set_function(self._inflight_count)
-        self.queues = QueueCollector()
+        self.queues = QueueCollector(kept)
         self.registry.register(self.queues)
         if process_metrics:
             ProcessCollector(registry=self.registry)
@@ -176,12 +220,12 @@ class WorkerMetrics:
         return [
             (signals.jobs_claimed, self._on_claimed),
             (signals.job_started, self._on_started),
-            (signals.job_succeeded, self._on_succeeded),
-            (signals.job_failed, self._on_failed),
-            (signals.job_dead, self._on_dead),
-            (signals.job_timed_out, self._on_timed_out),
-            (signals.job_released, self._on_released),
-            (signals.job_fenced, self._on_fenced),
+            (signals.job_succeeded, functools.partial(self._on_outcome, "completed")),
+            (signals.job_failed, functools.partial(self._on_outcome, "retried")),
+            (signals.job_dead, functools.partial(self._on_outcome, "dead")),
+            (signals.job_timed_out, functools.partial(self._on_outcome, "timed_out")),
+            (signals.job_released, functools.partial(self._on_outcome, "released")),
+            (signals.job_fenced, functools.partial(self._on_outcome, "fenced")),
         ]
 
     def connect(self) -> WorkerMetrics:
@@ -193,14 +237,10 @@ class WorkerMetrics:
         for signal, _ in self._receivers():
             signal.disconnect(dispatch_uid=self._uid)
 
-    def serve(self, port: int, addr: str = "") -> int:
-        """Serve ``/metrics`` on ``port`` (0: a free one) in a daemon thread; return the port."""
-        # All interfaces by default (documented): the scraper runs on another host.
-        self.server, _ = start_http_server(
-            port,
-            addr or "0.0.0.0",  # noqa: S104
-            registry=self.registry,
-        )
+    def serve(self, port: int, addr: str = DEFAULT_ADDRESS) -> int:
+        """Serve ``/metrics`` on ``addr``:``port`` (0: a free port) in a daemon thread;
+        return the port."""
+        self.server, _ = start_http_server(port, addr, registry=self.registry)
         return int(self.server.server_port)
 
     def close(self) -> None:
@@ -223,7 +263,7 @@ class WorkerMetrics:
             with self._lock:
                 self._inflight.add(job_id)
         for queue, n in per_queue.items():
-            self.claimed.labels(queue).inc(n)
+            self.claimed.labels(self.queues.label(queue)).inc(n)
 
     def _on_started(self, *, job_id: int, lease: int, **_: Any) -> None:
         with self._lock:
@@ -250,54 +290,32 @@ class WorkerMetrics:
                 self._counted.popitem(last=False)
             started = self._started.pop(key, None)
             self._inflight.discard(job_id)
-        queue = queue or ""
+        queue = self.queues.label(queue)
         self.finished.labels(task, queue, outcome).inc()
         if duration is None and started is not None:
             duration = time.monotonic() - started
         if observe and duration is not None:
             self.duration.labels(task, queue).observe(duration)
 
-    def _on_succeeded(
-        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
-    ) -> None:
-        self._finish("completed", job_id, lease, task, queue, duration=kw.get("duration"))
-
-    def _on_failed(
-        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
-    ) -> None:
-        outcome = "timed_out" if _is_timeout(kw.get("exception")) else "retried"
-        self._finish(outcome, job_id, lease, task, queue, duration=kw.get("duration"))
-
-    def _on_dead(
-        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
-    ) -> None:
-        outcome = "timed_out" if _is_timeout(kw.get("exception")) else "dead"
-        self._finish(outcome, job_id, lease, task, queue, duration=kw.get("duration"))
-
-    def _on_timed_out(
-        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **kw: Any
-    ) -> None:
-        self._finish("timed_out", job_id, lease, task, queue, duration=kw.get("duration"))
-
-    def _on_released(
-        self, *, job_id: int, lease: int, task: str, queue: str | None = None, **_: Any
-    ) -> None:
-        # Given back unfinished at shutdown: counted, but not a run's duration.
-        self._finish("released", job_id, lease, task, queue, observe=False)
-
-    def _on_fenced(
+    def _on_outcome(
         self,
+        outcome: str,
         *,
         job_id: int,
         lease: int,
         task: str,
         queue: str | None = None,
-        write: str = "",
         **kw: Any,
     ) -> None:
-        if write == "heartbeat":
+        """One receiver for every outcome signal (``_receivers`` binds ``outcome``)."""
+        if outcome == "fenced" and kw.get("write") == "heartbeat":
             return  # a notice while the job still runs; its final write is reported later
-        self._finish("fenced", job_id, lease, task, queue, duration=kw.get("duration"))
+        if outcome in ("retried", "dead") and _is_timeout(kw.get("exception")):
+            outcome = "timed_out"  # a timeout also reported as a failure: counted once, here
+        # Given back unfinished at shutdown: counted, but not a run's duration.
+        observe = outcome != "released"
+        duration = kw.get("duration")
+        self._finish(outcome, job_id, lease, task, queue, duration=duration, observe=observe)
 
 
 def _is_timeout(exception: BaseException | None) -> bool:
@@ -315,21 +333,26 @@ _active: WorkerMetrics | None = None
 def start(
     port: int,
     *,
+    address: str = DEFAULT_ADDRESS,
     queues: Sequence[str] | None = None,
     alias: str | None = None,
     interval: float | None = None,
 ) -> tuple[WorkerMetrics, int]:
-    """Connect the receivers, start the queue refresher, serve ``/metrics`` on ``port``.
+    """Connect the receivers, start the queue refresher, serve ``/metrics`` on
+    ``address``:``port``.
 
     Returns the metrics and the port actually bound (``port=0`` picks a free one).
-    Raises ``OSError`` when the port cannot be bound.
+    Raises ``OSError`` when the address or port cannot be bound.
     """
     global _active
     stop()
-    metrics = WorkerMetrics()
-    bound = metrics.serve(port)
-    metrics.connect()
+    # Only configured queues keep a label until the refresher's first read of the
+    # queue table (at once, before the first claim in practice).
+    metrics = WorkerMetrics(kept=configured_queues(queues))
+    # Made first: it reads PGJOBS_METRICS_INTERVAL, and a bad one must stop nothing half-started.
     refresher = QueueStatsRefresher(metrics.queues, queues=queues, alias=alias, interval=interval)
+    bound = metrics.serve(port, address)
+    metrics.connect()
     refresher.start()
     metrics.refresher = refresher
     _active = metrics

@@ -1,35 +1,50 @@
 """Read-only queries that describe the queue: what the admin overview and ``jobs_status`` show.
 
-This module runs every status query of both (the statements are in ``sql.py``);
+This module runs every status query of both (the statements are in ``db/status.py``);
 each page then formats what it needs. Each function runs **one** query whose
-cost depends on the live work (pending and running rows), on a recent time
-window, or on PostgreSQL's statistics — never on the size of the job history. So
-the overview answers in a constant number of queries, in milliseconds, with
-millions of finished rows in the table.
+cost depends on the live work (pending and running rows), on the minute rollup of
+finished jobs (``db/rollup.py``: minutes and queues, not jobs), or on PostgreSQL's
+statistics — never on the size of the job history nor on the throughput. So the
+overview answers in a constant number of queries, in milliseconds, with millions of
+finished rows in the table and hundreds of finishes a second.
 
 What each number means (also in ``docs/howto/operate-the-queue.md``):
 
-* pending / due / running / stuck: exact counts (partial indexes hold only live rows);
+* pending / due / running / stuck / blocked: exact counts (partial indexes hold only
+  live rows; blocked: workflow jobs waiting for their parents, not part of pending);
 * lag: age of the oldest *due* pending job per queue (``None`` when nothing is due);
 * completed / dead / cancelled per queue: exact counts of jobs that *finished in
-  the window* (the overview's is the last hour, ``RECENT_WINDOW``), read through
-  the ``finished_at`` index;
+  the window* (the overview's is the last hour, ``RECENT_WINDOW``; windows start on a
+  minute), read from the minute rollup plus the jobs finished since its mark;
 * table-wide per-status totals: PostgreSQL's estimate from ``pg_stats`` (as fresh
   as the last ANALYZE), never a ``count(*)`` over the history;
-* throughput: jobs completed in the last 5 and 60 minutes;
-* dead-lettered in the last 24 hours: an exact count over the ``finished_at`` index.
+* throughput: jobs completed in the last 5 and 60 whole minutes and the current one
+  so far (``rate_5m``, ``rate_60m``: per second over exactly that span);
+* dead-lettered in the last 24 hours (from the start of that minute): exact, from
+  the minute rollup plus the jobs finished since its mark.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import sql
+from django_pgjobs import decoding
+from django_pgjobs.db.status import (
+    ACTIVE_QUEUES,
+    INDEX_SIZE,
+    STATUS_ACTIVE,
+    STATUS_DEAD_RECENT,
+    STATUS_FINISHED,
+    STATUS_WORKERS,
+    TABLE_ESTIMATE,
+    TABLE_HEALTH,
+)
+from django_pgjobs.db.tables import JOB
+from django_pgjobs.db.workflows import STATUS_BLOCKED
 from django_pgjobs.states import TERMINAL, JobStatus
 
 #: The window of the overview's per-queue counts of finished jobs.
@@ -53,6 +68,8 @@ class QueueCounts:
     due: int = 0
     running: int = 0
     stuck: int = 0
+    #: workflow jobs waiting for their parents: not claimable, not part of pending
+    blocked: int = 0
 
 
 @dataclass
@@ -124,6 +141,19 @@ class Overview:
     def live_workers(self) -> list[WorkerRow]:
         return [w for w in self.workers if w.is_live(self.stale_after)]
 
+    def _span(self, minutes: int) -> float:
+        # whole minutes plus the current one so far (the rollup counts whole minutes)
+        return minutes * 60 + self.now.second + self.now.microsecond / 1e6
+
+    @property
+    def rate_5m(self) -> float:
+        """Completions per second over the span ``completed_5m`` counts."""
+        return self.completed_5m / self._span(5)
+
+    @property
+    def rate_60m(self) -> float:
+        return self.completed_60m / self._span(60)
+
 
 def _rows(
     connection: BaseDatabaseWrapper, statement: str, params: dict[str, Any] | None = None
@@ -134,13 +164,17 @@ def _rows(
 
 
 def queue_rows(connection: BaseDatabaseWrapper, *, stale_after: float) -> dict[str, QueueRow]:
-    """Exact pending/due/running/stuck counts and lag per queue (one query)."""
-    return {
-        name: QueueRow(name, pending, due, running, stuck, lag)
+    """Exact pending/due/running/stuck counts and lag per queue, and blocked counts
+    (two queries, each through its partial index)."""
+    rows = {
+        name: QueueRow(name, pending, due, running, stuck, lag=lag)
         for name, pending, due, running, stuck, lag in _rows(
-            connection, sql.STATUS_ACTIVE, {"stale_after": stale_after}
+            connection, STATUS_ACTIVE, {"stale_after": stale_after}
         )
     }
+    for name, blocked in _rows(connection, STATUS_BLOCKED):
+        rows.setdefault(name, QueueRow(name)).blocked = blocked
+    return rows
 
 
 def finished_by_queue(
@@ -149,13 +183,13 @@ def finished_by_queue(
     *,
     window: timedelta,
 ) -> tuple[int, int]:
-    """Fill ``finished`` of each queue over ``window``; return completions in 5 and 60 min.
-
-    The 60-minute figure is complete only when ``window`` is at least an hour.
+    """Fill ``finished`` of each queue over ``window`` (from the start of its first
+    minute); return the completions of the last 5 and 60 whole minutes and the current
+    one so far. The 60-minute figure is complete only when ``window`` is at least an hour.
     """
     completed_5m = completed_60m = 0
     for name, status, in_window, last5, last60 in _rows(
-        connection, sql.STATUS_FINISHED, {"window": window.total_seconds()}
+        connection, STATUS_FINISHED, {"window": window.total_seconds()}
     ):
         queues.setdefault(name, QueueRow(name)).finished[status] = in_window
         if status == JobStatus.COMPLETED:
@@ -165,22 +199,24 @@ def finished_by_queue(
 
 
 def dead_recent(connection: BaseDatabaseWrapper, *, window: timedelta = DEAD_WINDOW) -> int:
-    """Jobs dead-lettered within ``window`` (exact)."""
-    return int(_rows(connection, sql.STATUS_DEAD_RECENT, {"window": window.total_seconds()})[0][0])
+    """Jobs dead-lettered within ``window``, from the start of its first minute (exact)."""
+    return int(_rows(connection, STATUS_DEAD_RECENT, {"window": window.total_seconds()})[0][0])
 
 
 def workers(connection: BaseDatabaseWrapper, *, limit: int | None = 200) -> list[WorkerRow]:
     """Registered workers, most recently seen first (at most ``limit``; ``None``: all)."""
     out = []
-    for r in _rows(connection, sql.STATUS_WORKERS, {"limit": limit}):
-        queues = json.loads(r[3]) if isinstance(r[3], str | bytes) else r[3]
+    for r in _rows(connection, STATUS_WORKERS, {"limit": limit}):
+        # A hostile row (psql) shows a placeholder; it never fails the report.
+        queues = decoding.loads(r[3]) if isinstance(r[3], str | bytes) else r[3]
+        if not isinstance(queues, list) or isinstance(queues, decoding.Undecodable):
+            queues = [] if queues is None else [queues]
+        queues = [decoding.as_text(q) for q in queues]
         out.append(WorkerRow(r[0], r[1], r[2], queues or [], r[4], r[5], r[6], r[7]))
     return out
 
 
-def table_health(
-    connection: BaseDatabaseWrapper, table: str = sql.JOB
-) -> tuple[datetime, TableHealth]:
+def table_health(connection: BaseDatabaseWrapper, table: str = JOB) -> tuple[datetime, TableHealth]:
     """(database now, statistics of ``table``) from the catalog only."""
     (
         now,
@@ -197,7 +233,7 @@ def table_health(
         mcv,
         freqs,
         autovacuum,
-    ) = _rows(connection, sql.TABLE_HEALTH, {"table": table})[0]
+    ) = _rows(connection, TABLE_HEALTH, {"table": table})[0]
     estimated = round(reltuples) if reltuples >= 0 else None  # -1: never analyzed
     estimates: dict[str, int] = {}
     if mcv and freqs and estimated is not None:
@@ -226,18 +262,18 @@ def estimated_rows(connection: BaseDatabaseWrapper) -> int | None:
 
     ``None`` when the table was never vacuumed or analyzed (no estimate yet).
     """
-    rows = _rows(connection, sql.TABLE_ESTIMATE, {"table": sql.JOB})
+    rows = _rows(connection, TABLE_ESTIMATE, {"table": JOB})
     return int(rows[0][0]) if rows and rows[0][0] >= 0 else None
 
 
 def relation_size(connection: BaseDatabaseWrapper, name: str) -> int:
     """Bytes on disk of one table or index (e.g. the claim index), main fork only."""
-    return int(_rows(connection, sql.INDEX_SIZE, {"index": name})[0][0])
+    return int(_rows(connection, INDEX_SIZE, {"index": name})[0][0])
 
 
 def active_queues(connection: BaseDatabaseWrapper) -> list[str]:
     """Queues that have pending or running rows (for filter choices); never the history."""
-    return [r[0] for r in _rows(connection, sql.ACTIVE_QUEUES)]
+    return [r[0] for r in _rows(connection, ACTIVE_QUEUES)]
 
 
 def overview(connection: BaseDatabaseWrapper, *, stale_after: float) -> Overview:

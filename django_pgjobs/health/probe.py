@@ -8,59 +8,98 @@ Django (or opening a database connection) for each would cost more than the chec
 The file is touched only when this worker's row in ``django_pgjobs_worker`` was
 refreshed within ``STALE_AFTER`` (the heartbeat thread writes it), so a worker whose
 heartbeat stalled, or that cannot reach the database, goes stale, exactly as the
-reaper would see it.
+reaper would see it; and only while at least one of its job slots is not stuck (a
+heartbeat alone says the process lives, not that it still runs jobs: see
+``HEALTH_STUCK_AFTER``). While a job holds the GIL (this thread cannot run), the
+worker's heartbeat process keeps a fresh file fresh after each beat it makes, for at
+most ``HEALTH_STUCK_AFTER`` of the worker's silence (``pulse.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import math
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+logger = logging.getLogger("django_pgjobs")
 
 #: Default age (seconds) past which ``python -m django_pgjobs.health`` reports failure.
 DEFAULT_MAX_AGE = 60.0
 
 
-class HealthFile(threading.Thread):
-    """Touch ``path`` every ``HEARTBEAT_INTERVAL`` while this worker's row is fresh."""
+def check_writable(path: str) -> None:
+    """Raise ``OSError`` when ``path`` cannot be written, without touching an existing
+    file (a stale one left by a previous run must not look fresh): a worker whose
+    health file can never be written would fail its probe for ever, so it says so at
+    start instead."""
+    existed = os.path.lexists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.close(fd)
+    if not existed:
+        os.unlink(path)
 
-    def __init__(self, path: str, *, worker_id: str, alias: str):
+
+class HealthFile(threading.Thread):
+    """Touch ``path`` every ``HEARTBEAT_INTERVAL`` while this worker's row is fresh and
+    ``stuck()`` (when given) returns None; otherwise leave it to go stale."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        worker_id: str,
+        alias: str,
+        stuck: Callable[[], str | None] | None = None,
+    ):
         super().__init__(name="pgjobs-health", daemon=True)
         self.path = Path(path)
         self.worker_id = worker_id
         self.alias = alias
+        self.stuck = stuck
         self._stop_event = threading.Event()
+        self._said: str | None = None  # the last problem logged (each is logged once)
 
     def run(self) -> None:
         from django.db import DatabaseError, connections
 
-        from django_pgjobs import sql
         from django_pgjobs.conf import get_settings
+        from django_pgjobs.db.workers import WORKER_FRESH
 
         conf = get_settings()
         connection = connections[self.alias]
-        query = (
-            f"SELECT last_seen > now() - make_interval(secs => %s) FROM {sql.WORKER} WHERE id = %s"  # noqa: S608 - a table-name constant; values are parameters
-        )
         try:
             while not self._stop_event.is_set():
                 try:
                     with connection.cursor() as cursor:
-                        cursor.execute(query, [conf.STALE_AFTER, self.worker_id])
+                        cursor.execute(WORKER_FRESH, [conf.STALE_AFTER, self.worker_id])
                         row = cursor.fetchone()
-                    if row is not None and row[0]:
-                        self.path.touch()
+                    if row is not None and row[0]:  # the heartbeat reaches the database
+                        problem = self.stuck() if self.stuck is not None else None
+                        if problem is None:
+                            self.path.touch()
+                        self._say(problem)
                 except DatabaseError:
                     connection.close()
-                except OSError:
-                    pass  # an unwritable path: the probe will say the file is missing
+                except OSError as exc:  # checked at start; it became unwritable since
+                    self._say(f"cannot touch the health file {self.path}: {exc}")
                 self._stop_event.wait(conf.HEARTBEAT_INTERVAL)
         finally:
             connection.close()
+
+    def _say(self, problem: str | None) -> None:
+        """Log a problem once when it starts (and once when it ends), not every interval."""
+        if problem is not None and problem != self._said:
+            logger.warning("health file %s not touched: %s", self.path, problem)
+        elif problem is None and self._said is not None:
+            logger.warning("health file %s touched again", self.path)
+        self._said = problem
 
     def stop(self) -> None:
         """Stop touching and remove the file: a stopped worker is not alive."""
@@ -70,15 +109,29 @@ class HealthFile(threading.Thread):
             self.path.unlink()
 
 
+def max_age_seconds(text: str) -> float:
+    """``--max-age``: a finite number of seconds above 0 (``nan`` would pass every file)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds above 0, such as 60, got {text!r}"
+        )
+    return value
+
+
 def probe(path: str, max_age: float) -> tuple[bool, str]:
     try:
         age = time.time() - os.stat(path).st_mtime
     except FileNotFoundError:
         return False, f"{path} does not exist (worker not started yet, or stopped)"
-    if age > max_age:
+    if not age <= max_age:  # also false for a nan limit passed from code
         return False, (
             f"{path} is {age:.0f}s old (limit {max_age:g}s): the worker's "
-            "heartbeat is not reaching the database"
+            "heartbeat is not reaching the database, or every one of its job slots "
+            "is stuck (its log says which)"
         )
     return True, f"{path} is {age:.1f}s old"
 
@@ -86,12 +139,13 @@ def probe(path: str, max_age: float) -> tuple[bool, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m django_pgjobs.health",
-        description="Exit 0 while a runjobs --health-file is fresh, 1 otherwise.",
+        description="Exit 0 while a runjobs --health-file is fresh, 1 otherwise "
+        "(2: bad arguments).",
     )
     parser.add_argument("path")
     parser.add_argument(
         "--max-age",
-        type=float,
+        type=max_age_seconds,
         default=DEFAULT_MAX_AGE,
         help=f"seconds (default {DEFAULT_MAX_AGE:g})",
     )

@@ -5,12 +5,14 @@ It runs ``overview.queue_rows`` — the same exact, index-backed query as
 running rows through the running index; never the history) — on its own
 database connection, and hands the result to the metrics' ``QueueCollector``.
 A database error keeps the last snapshot and is retried at the next interval.
+Each read also lists the queue table's rows: those queues, the configured ones and
+the worker's own keep their metrics label; every other queue is folded into
+``queue="other"``, so a flood of ad-hoc queue names cannot grow ``/metrics``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,15 +20,12 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from django_pgjobs.conf import get_settings
+from django_pgjobs.conf import METRICS_INTERVAL, get_settings
+from django_pgjobs.db.status import QUEUE_NAMES
+from django_pgjobs.flow import declared_queues
 from django_pgjobs.health import overview
 
 logger = logging.getLogger("django_pgjobs")
-
-#: Seconds between two reads of the queue gauges (a Prometheus scrape interval is
-#: usually 15-60 s; reading more often would only cost the database). The
-#: environment variable ``PGJOBS_METRICS_INTERVAL`` overrides it.
-REFRESH_INTERVAL = float(os.environ.get("PGJOBS_METRICS_INTERVAL", "10"))
 
 
 @dataclass
@@ -37,8 +36,16 @@ class QueueSample(overview.QueueCounts):
     lag: float = 0.0  # seconds since the oldest due job's run_at
 
 
+def configured_queues(served: Sequence[str] | None) -> set[str]:
+    """The queues the code and settings name, and those this worker serves: each keeps
+    its own metrics label (with the queue table's rows, read by the refresher)."""
+    return declared_queues() | set(served or ())
+
+
 class QueueStatsRefresher(threading.Thread):
-    """Daemon thread: ``target.update(samples)`` every ``interval`` seconds."""
+    """Daemon thread: ``target.update(samples)`` every ``interval`` seconds (default:
+    ``PGJOBS_METRICS_INTERVAL``, 10 s; a Prometheus scrape interval is usually 15-60 s,
+    and reading more often would only cost the database)."""
 
     def __init__(
         self,
@@ -54,7 +61,7 @@ class QueueStatsRefresher(threading.Thread):
         self.known = list(queues or [])
         self.alias = alias or conf.DATABASE
         self.stale_after = conf.STALE_AFTER
-        self.interval = REFRESH_INTERVAL if interval is None else interval
+        self.interval = METRICS_INTERVAL.value() if interval is None else interval
         self.refreshed = threading.Event()  # set after each successful read (tests wait on it)
         self._stop_event = threading.Event()
 
@@ -76,14 +83,19 @@ class QueueStatsRefresher(threading.Thread):
         connection = connections[self.alias]
         try:
             rows = overview.queue_rows(connection, stale_after=self.stale_after)
+            with connection.cursor() as cursor:
+                cursor.execute(QUEUE_NAMES)
+                kept = configured_queues(self.known) | {str(n) for (n,) in cursor.fetchall()}
         except DatabaseError as exc:
             logger.warning("metrics: could not read queue stats (keeping the last ones): %s", exc)
             connection.close()
             return False
         samples = [
-            QueueSample(r.queue, r.pending, r.due, r.running, r.stuck, lag=r.lag_seconds)
+            QueueSample(
+                r.queue, r.pending, r.due, r.running, r.stuck, blocked=r.blocked, lag=r.lag_seconds
+            )
             for r in rows.values()
         ]
-        self.target.update(samples, known=self.known)
+        self.target.update(samples, known=self.known, kept=kept)
         self.refreshed.set()
         return True

@@ -19,9 +19,10 @@ from typing import Any
 
 from django.db import connections
 
-from django_pgjobs import sql
 from django_pgjobs.ages import format_age
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.tables import JOB, RESULT
+from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.health import overview
 from django_pgjobs.health.overview import QueueCounts, TableHealth
 from django_pgjobs.safetext import printable
@@ -56,7 +57,7 @@ class Status:
     tables: list[TableHealth]
     claim_index_bytes: int
     warnings: list[str]
-    # Pending jobs whose task no live worker knows (deploy skew, skew.py).
+    # Pending jobs whose task no live worker knows (deploy skew, db/workers.py).
     unknown_tasks: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -87,8 +88,8 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
         for w in sorted(live, key=lambda w: w.id)
     ]
     tables = [
-        overview.table_health(connection, sql.JOB)[1],
-        overview.table_health(connection, sql.RESULT)[1],
+        overview.table_health(connection, JOB)[1],
+        overview.table_health(connection, RESULT)[1],
     ]
     claim_index_bytes = overview.relation_size(connection, "pgjobs_job_claim_idx")
 
@@ -99,6 +100,7 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
             r.due,
             r.running,
             r.stuck,
+            blocked=r.blocked,
             lag=None if r.lag is None else r.lag.total_seconds(),
             finished={**dict.fromkeys(FINISHED, 0), **r.finished},
         )
@@ -112,7 +114,6 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
         entry.workers = sum(1 for w in workers if "*" in w["queues"] or entry.queue in w["queues"])
     ordered = sorted(queues.values(), key=lambda e: e.queue)
     status = Status(ordered, window, workers, _estimates(tables[0]), tables, claim_index_bytes, [])
-    from django_pgjobs.worker.skew import unknown_pending
 
     status.unknown_tasks = unknown_pending(connection, stale_after=conf.STALE_AFTER)
     status.warnings = warnings(status)
@@ -200,6 +201,7 @@ def render(status: Status, now: datetime) -> str:
     headers = [
         "queue",
         "pending",
+        "blocked",
         "due",
         "running",
         "stuck",
@@ -211,6 +213,7 @@ def render(status: Status, now: datetime) -> str:
         [
             printable(e.queue),
             str(e.pending),
+            str(e.blocked),
             str(e.due),
             str(e.running),
             str(e.stuck),

@@ -22,6 +22,7 @@ coalesced into one run, the most recent, and only if it is no older than
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -34,8 +35,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from django.db import DataError, IntegrityError, connections, transaction
 
-from django_pgjobs import registry, sql
+from django_pgjobs import registry
 from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.db.job_insert import insert_params, job_insert
 from django_pgjobs.validation import (
     check_arguments,
     check_max_attempts,
@@ -317,6 +319,17 @@ def load_schedules() -> list[Schedule]:
     return schedules
 
 
+def _own_transaction(connection: Any) -> Any:
+    """The fire time's insert commits with its statement (autocommit): inside a BEGIN
+    ... COMMIT, a worker frozen (SIGSTOP, a paused VM) between the two held the new key
+    uncommitted, and every other ticker's insert of that fire time waited on it, their
+    maintenance thread (and reaper) with it. Inside a caller's transaction, a savepoint
+    (a row's error then leaves that transaction usable)."""
+    if connection.in_atomic_block:
+        return transaction.atomic(using=connection.alias)
+    return contextlib.nullcontext()
+
+
 class CronTicker:
     """Maintenance service: enqueue due fire times of every schedule, exactly once."""
 
@@ -373,12 +386,12 @@ class CronTicker:
             for schedule, fire in due:
                 key = schedule.key(fire)
                 try:
-                    with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+                    with _own_transaction(connection), connection.cursor() as cursor:
                         # No timeout (the @job's own, or DEFAULT_TIMEOUT) and no
                         # trace context (a schedule fires outside any trace): NULL.
-                        cursor.execute(
-                            sql.JOB_INSERT,
-                            sql.insert_params(
+                        row = job_insert(
+                            cursor,
+                            insert_params(
                                 task=schedule.task,
                                 queue=schedule.queue,
                                 priority=schedule.priority,
@@ -389,7 +402,6 @@ class CronTicker:
                                 idempotency_key=key,
                             ),
                         )
-                        row = cursor.fetchone()
                 except (DataError, IntegrityError) as exc:  # this row's data, not the connection
                     failed += 1
                     logger.error(

@@ -26,8 +26,10 @@ from typing import Any
 import psycopg
 from django.db import connections
 
-from django_pgjobs import sql
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db import pg_cron
+from django_pgjobs.db.prune import JOB_PRUNE_BATCH
+from django_pgjobs.db.reap import JOB_REAP_STALE, reap_params
 from django_pgjobs.maintenance.cron import Schedule
 from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.pgconn import psycopg_params
@@ -87,12 +89,7 @@ def locate(alias: str | None = None) -> Location:
     """Find pg_cron, or raise ``PgCronError`` saying exactly how to enable it."""
     connection = connections[alias or get_settings().DATABASE]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT current_database(), current_user, current_setting('server_version_num'),"
-            " current_setting('cron.database_name', true),"
-            " (SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'),"
-            " EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_cron')"
-        )
+        cursor.execute(pg_cron.CRON_LOCATE)
         app_db, user, version_num, cron_db, here_version, available = cursor.fetchone()
     major = str(int(version_num) // 10000)
     if here_version is not None:
@@ -100,9 +97,7 @@ def locate(alias: str | None = None) -> Location:
     if not cron_db:
         raise PgCronError(_enable_instructions(app_db, major, available))
     with _cron_connection(alias, cron_db) as conn:
-        row = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'"
-        ).fetchone()
+        row = conn.execute(pg_cron.CRON_VERSION).fetchone()
     if row is None:
         raise PgCronError(
             f"pg_cron is loaded (cron.database_name = {cron_db!r}) but the extension is not "
@@ -146,10 +141,7 @@ def enqueue_command(conn: psycopg.Connection[Any], schedule: Schedule, max_attem
     fmt = 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
     return _literal(
         conn,
-        (
-            "SELECT pgjobs_enqueue(%s, %s::jsonb, %s::jsonb, %s, %s, NULL, "
-            "%s || to_char(date_trunc('minute', now() AT TIME ZONE 'UTC'), %s), %s)"
-        ),
+        pg_cron.CRON_ENQUEUE,
         [
             schedule.task,
             json.dumps(schedule.args),
@@ -165,28 +157,14 @@ def enqueue_command(conn: psycopg.Connection[Any], schedule: Schedule, max_attem
 
 def maintenance_entries(conn: psycopg.Connection[Any]) -> list[Entry]:
     """The reaper and the pruner as SQL run once a minute by pg_cron."""
-    from django_pgjobs.exceptions import WorkerLost
-
-    conf = get_settings()
-    message = (
-        f"worker lost: no heartbeat for more than {conf.STALE_AFTER:g}s; the job was "
-        "reclaimed by pg_cron (it may have been running on a worker that was only slow)"
+    params = reap_params(
+        stale_after=get_settings().STALE_AFTER, batch=MAINTENANCE_BATCH, by=" by pg_cron"
     )
-    reap = _literal(
-        conn,
-        sql.JOB_REAP_STALE,
-        {
-            "stale_after": conf.STALE_AFTER,
-            "batch": MAINTENANCE_BATCH,
-            "message": message,
-            "type": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
-            "keep": conf.MAX_ERRORS_KEPT,
-        },
-    )
+    reap = _literal(conn, JOB_REAP_STALE, params)
     prunes = [
         _literal(
             conn,
-            sql.JOB_PRUNE_BATCH,
+            JOB_PRUNE_BATCH,
             {"status": status, "older_than": older_than, "batch": MAINTENANCE_BATCH},
         )
         for status, older_than in Pruner().plan()
@@ -234,15 +212,12 @@ def sync(
     """Make the ``pgjobs:*`` entries of ``cron.job`` match ``schedules``; one transaction."""
     location = locate(alias)
     with _cron_connection(alias, location.cron_database) as conn, conn.transaction():
-        # One sync at a time per server: a second concurrent sync waits, then sees ours.
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('django_pgjobs.sync_cron'))")
+        conn.execute(pg_cron.CRON_SYNC_LOCK)
         desired = [] if uninstall else desired_entries(conn, schedules, maintenance=maintenance)
         existing = {
             row[1]: row
             for row in conn.execute(
-                "SELECT jobid, jobname, schedule, command, database, username, active "
-                "FROM cron.job WHERE jobname LIKE %s AND database = %s",
-                [PREFIX + "%", location.app_database],
+                pg_cron.CRON_ENTRIES, [PREFIX + "%", location.app_database]
             ).fetchall()
         }
         changes: list[Change] = []
@@ -262,13 +237,10 @@ def sync(
             if dry_run:
                 continue
             if location.same_database:
-                conn.execute(
-                    "SELECT cron.schedule(%s, %s, %s)",
-                    [entry.jobname, entry.schedule, entry.command],
-                )
+                conn.execute(pg_cron.CRON_SCHEDULE, [entry.jobname, entry.schedule, entry.command])
             else:
                 conn.execute(
-                    "SELECT cron.schedule_in_database(%s, %s, %s, %s, %s, true)",
+                    pg_cron.CRON_SCHEDULE_IN_DATABASE,
                     [
                         entry.jobname,
                         entry.schedule,
@@ -280,5 +252,5 @@ def sync(
         for jobname, row in sorted(existing.items()):
             changes.append(Change(jobname, "removed", row[2]))
             if not dry_run:
-                conn.execute("SELECT cron.unschedule(%s::bigint)", [row[0]])
+                conn.execute(pg_cron.CRON_UNSCHEDULE, [row[0]])
     return location, changes

@@ -7,7 +7,7 @@ in its own transaction taken with ``FOR UPDATE SKIP LOCKED``, so pruners on many
 hosts share the work, never wait on each other or on an admin action, and no
 lock is held for longer than one batch. Results go with their job, except
 results whose idempotency key must keep protecting against a re-run (see
-``sql.JOB_PRUNE_BATCH``).
+``db/prune.py``).
 
 Inside ``runjobs`` a pass stops after ``time_budget`` seconds (the maintenance
 thread also runs the reaper and the cron ticker) and resumes at the next
@@ -23,14 +23,17 @@ from typing import Any
 
 from django.db import connections
 
-from django_pgjobs import sql
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.prune import JOB_PRUNE_BATCH, JOB_PRUNE_COUNT
 from django_pgjobs.states import FINISHED, TERMINAL
 
 logger = logging.getLogger("django_pgjobs")
 
 
 class Pruner:
+    """Maintenance service, and ``prune_jobs``: delete finished jobs older than their
+    retention, batch by batch (see the module docstring)."""
+
     name = "pruner"
 
     def __init__(
@@ -70,7 +73,7 @@ class Pruner:
         out: dict[str, int] = {}
         with connections[self.alias].cursor() as cursor:
             for status, older_than in self.plan(statuses):
-                cursor.execute(sql.JOB_PRUNE_COUNT, {"status": status, "older_than": older_than})
+                cursor.execute(JOB_PRUNE_COUNT, {"status": status, "older_than": older_than})
                 out[status] = int(cursor.fetchone()[0])
         return out
 
@@ -89,7 +92,7 @@ class Pruner:
                     break
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        sql.JOB_PRUNE_BATCH,
+                        JOB_PRUNE_BATCH,
                         {"status": status, "older_than": older_than, "batch": self.batch},
                     )
                     n = int(cursor.fetchone()[0])

@@ -18,13 +18,18 @@ from typing import Any
 
 from django.db import connections
 
-from django_pgjobs import signals, sql
+from django_pgjobs import signals
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.reap import job_reap_stale
+from django_pgjobs.db.workers import WORKER_FORGET_STALE
 
 logger = logging.getLogger("django_pgjobs")
 
 
 class Reaper:
+    """Maintenance service, and ``reap_jobs``: reclaim running jobs whose heartbeat is
+    older than ``stale_after``, and forget worker rows silent for twice that."""
+
     name = "reaper"
 
     def __init__(
@@ -47,7 +52,7 @@ class Reaper:
         connection = connections[self.alias]
         reaped: list[tuple[int, str, str]] = []
         while True:
-            rows = sql.reap(connection, stale_after=self.stale_after, batch=self.batch)
+            rows = job_reap_stale(connection, stale_after=self.stale_after, batch=self.batch)
             for job_id, task, status, attempts, lost_worker in rows:
                 logger.warning(
                     "reaped job %s (%s, attempt %s) from worker %s: heartbeat older than %gs -> %s",
@@ -68,9 +73,11 @@ class Reaper:
             if len(rows) < self.batch:
                 break
         # A worker that stopped heartbeating is as lost as its jobs: drop its row so
-        # the admin and jobs_status stop counting it (a live one re-inserts it).
+        # the admin and jobs_status stop counting it (a live one re-inserts it). After
+        # 2 x STALE_AFTER, not STALE_AFTER: its held limit slots wait that long for it
+        # (db/held_slots.py forget_gone), and a missing row would let them go at once.
         with connection.cursor() as cursor:
-            cursor.execute(sql.WORKER_FORGET_STALE, {"older_than": self.stale_after})
+            cursor.execute(WORKER_FORGET_STALE, {"older_than": 2 * self.stale_after})
         if reaped:
             signals.send(signals.jobs_reaped, jobs=reaped, worker=self.worker)
         counts: dict[str, Any] = {"reaped": len(reaped)}

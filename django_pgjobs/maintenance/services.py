@@ -15,6 +15,13 @@ from typing import Any, Protocol
 
 from django.db import connections
 
+from django_pgjobs.conf import get_settings
+from django_pgjobs.maintenance.cron import CronTicker, usable_schedules
+from django_pgjobs.maintenance.pruner import Pruner
+from django_pgjobs.maintenance.reaper import Reaper
+from django_pgjobs.maintenance.rollup import Rollup
+from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
+from django_pgjobs.maintenance.workflow_repair import WorkflowRepair
 from django_pgjobs.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
@@ -28,13 +35,8 @@ class Service(Protocol):
 
 
 def default_services(*, alias: str, worker: str) -> list[Service]:
-    """The services a worker runs: the reaper, the pruner and (built-in engine) the cron ticker."""
-    from django_pgjobs.conf import get_settings
-    from django_pgjobs.maintenance.cron import CronTicker, usable_schedules
-    from django_pgjobs.maintenance.pruner import Pruner
-    from django_pgjobs.maintenance.reaper import Reaper
-    from django_pgjobs.worker.skew import UnknownTaskSweeper
-
+    """The services a worker runs: the reaper, the pruner, (built-in engine) the cron
+    ticker, the unknown-task sweeper, the workflow repair pass and the minute rollup."""
     services: list[Service] = [Reaper(alias=alias, worker=worker)]
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
     services.append(Pruner(alias=alias, time_budget=2.0))
@@ -44,14 +46,40 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
             services.append(CronTicker(alias=alias, schedules=schedules))
     # Deploy skew: dead-letter jobs no live worker has known for UNKNOWN_TASK_TIMEOUT.
     services.append(UnknownTaskSweeper(alias=alias))
+    # Workflows: what the release trigger could not do (rows written with it off).
+    services.append(WorkflowRepair(alias=alias))
+    # Finished jobs counted per minute, for the pages that show the last hour.
+    services.append(Rollup(alias=alias))
     return services
+
+
+def maintenance_threads(
+    services: list[Service], stop: threading.Event, alias: str
+) -> list[MaintenanceThread]:
+    """The reaper in a thread (and on a connection) of its own, the other passes in
+    another: a pass that waits on a lock, for a worker frozen inside its transaction
+    say, must not hold up the reclaiming of that very worker's jobs (a rollup pass once
+    did, tests/test_rollup.py)."""
+    reaping = [s for s in services if s.name == Reaper.name]
+    others = [s for s in services if s.name != Reaper.name]
+    threads = [MaintenanceThread(reaping, stop, alias, name="pgjobs-reaper")] if reaping else []
+    if others:
+        threads.append(MaintenanceThread(others, stop, alias))
+    return threads
 
 
 class MaintenanceThread(threading.Thread):
     """Runs each service when due; a failing pass is logged and retried next interval."""
 
-    def __init__(self, services: list[Service], stop: threading.Event, alias: str):
-        super().__init__(name="pgjobs-maintenance", daemon=True)
+    def __init__(
+        self,
+        services: list[Service],
+        stop: threading.Event,
+        alias: str,
+        *,
+        name: str = "pgjobs-maintenance",
+    ):
+        super().__init__(name=name, daemon=True)
         self.services = services
         self.stop = stop
         self.alias = alias

@@ -1,23 +1,29 @@
-"""The job selection shared by ``retry_jobs`` and ``cancel_jobs``: ``--ids``, ``--task``,
-``--queue``, ``--status``, ``--dry-run``. Bad values are argument errors naming the
-option, raised before anything is written."""
+"""Argument parsing shared by the commands: the ``type=`` parsers (job ids, numbers,
+ports, queue and status lists) and the job selection of ``retry_jobs`` and
+``cancel_jobs`` (``--ids``, ``--task``, ``--queue``, ``--status``) turned into a
+queryset. Bad values are argument errors naming the option, raised before anything
+is written; what the commands then do is ``operations.py``'s."""
 
 from __future__ import annotations
 
 from argparse import ArgumentTypeError
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.core.management.base import CommandParser
 
+from django_pgjobs import parsers
 from django_pgjobs.conf import get_settings
-from django_pgjobs.health import readiness
 from django_pgjobs.states import JobStatus
-from django_pgjobs.validation import check_queue
+from django_pgjobs.validation import check_queue, check_text
 
-#: Ids listed by --dry-run before "and N more".
-SHOWN = 20
+if TYPE_CHECKING:
+    from django_pgjobs.managers import JobQuerySet
+
+N = TypeVar("N", int, float)
+
+RETRY_STATUSES = (str(JobStatus.DEAD), str(JobStatus.CANCELLED), str(JobStatus.RUNNING))
+CANCEL_STATUSES = (str(JobStatus.BLOCKED), str(JobStatus.PENDING), str(JobStatus.RUNNING))
 
 
 def id_list(value: str) -> list[int]:
@@ -38,36 +44,53 @@ def id_list(value: str) -> list[int]:
     return ids
 
 
-def positive_int(value: str) -> int:
+def _number(value: str, convert: Callable[[str], N], expected: str) -> N:
     try:
-        number = int(value)
+        return convert(value)
     except ValueError:
-        raise ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+        raise ArgumentTypeError(f"expected {expected}, got {value!r}") from None
+
+
+def positive_int(value: str) -> int:
+    number = _number(value, int, "a whole number")
     if number < 1:
         raise ArgumentTypeError(f"must be at least 1, got {number}")
     return number
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    number = _number(value, float, "a number of seconds")
     if not number > 0 or number == float("inf"):
         raise ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
     return number
 
 
 def port_number(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    number = _number(value, int, "a port number")
     if not 0 <= number <= 65535:
         raise ArgumentTypeError(
             f"must be a port number (0-65535; 0 picks a free one), got {number}"
         )
     return number
+
+
+def worker_id(value: str) -> str:
+    """``--worker-id``: 1-255 characters PostgreSQL can store (argv may carry
+    undecodable bytes as lone surrogates), for it is written on every claimed row."""
+    if not value or len(value) > 255:
+        raise ArgumentTypeError(f"must be 1-255 characters, got {len(value)}")
+    try:
+        check_text(value, "it")
+    except TypeError as exc:
+        raise ArgumentTypeError(str(exc).removeprefix("it ")) from None
+    return value
+
+
+def listen_address(value: str) -> str:
+    try:
+        return parsers.listen_address.parse(value, "")
+    except parsers.SettingsError as exc:  # " must be ...": argparse names the option
+        raise ArgumentTypeError(str(exc).strip()) from None
 
 
 def name_list(value: str) -> list[str]:
@@ -90,95 +113,52 @@ def queue_names(value: str) -> list[str]:
     return names
 
 
-def status_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
+def status_list(
+    allowed: Sequence[str], what: str = "a status this command changes"
+) -> Callable[[str], list[str]]:
     def parse(value: str) -> list[str]:
         names = name_list(value)
         for name in names:
             if name not in allowed:
-                raise ArgumentTypeError(
-                    f"{name!r} is not a status this command changes; "
-                    f"choose from {', '.join(allowed)}"
-                )
+                raise ArgumentTypeError(f"{name!r} is not {what}; choose from {', '.join(allowed)}")
         return names
 
     return parse
 
 
-class SelectionCommand(BaseCommand):
-    """Select jobs by id/task/queue/status, then change them with one fenced method."""
-
-    verb = ""  # "retry" / "cancel"
-    done = ""  # "Retried" / "Cancelled"
-    statuses: tuple[str, ...] = ()
-    default_status: list[str] | None = None
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--ids", type=id_list, default=None, help="comma-separated job ids")
-        parser.add_argument(
-            "--task",
-            type=name_list,
-            default=None,
-            help="comma-separated task names (module.function)",
-        )
-        parser.add_argument(
-            "--queue", type=queue_names, default=None, help="comma-separated queues"
-        )
-        default = ",".join(self.default_status or self.statuses)
-        parser.add_argument(
-            "--status",
-            type=status_list(self.statuses),
-            default=None,
-            help=f"comma-separated statuses, of {', '.join(self.statuses)} (default {default})",
-        )
-        parser.add_argument(
-            "--dry-run", action="store_true", help="show what would change; change nothing"
-        )
-
-    def selection(self, options: dict[str, Any]) -> Any:
-        from django_pgjobs.models import Job
-
-        qs = Job.objects.using(get_settings().DATABASE).all()
-        if options["ids"]:
-            qs = qs.filter(id__in=options["ids"])
-        if options["task"]:
-            qs = qs.filter(task__in=options["task"])
-        if options["queue"]:
-            qs = qs.filter(queue__in=options["queue"])
-        return qs.filter(status__in=options["status"] or self.default_status or self.statuses)
-
-    def eligible(self, qs: Any) -> Any:
-        raise NotImplementedError
-
-    def apply(self, qs: Any) -> int:
-        raise NotImplementedError
-
-    def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            self._handle(options)
-        except DatabaseError as exc:
-            explained = readiness.explain(exc, get_settings().DATABASE)
-            if explained:
-                raise CommandError(explained) from exc
-            raise
-
-    def _handle(self, options: dict[str, Any]) -> None:
-        qs = self.selection(options)
-        if options["dry_run"]:
-            ids = list(self.eligible(qs).order_by("id").values_list("id", flat=True)[: SHOWN + 1])
-            count = self.eligible(qs).count()
-            shown = ", ".join(f"#{i}" for i in ids[:SHOWN])
-            more = f" and {count - SHOWN} more" if count > SHOWN else ""
-            self.stdout.write(
-                f"Would {self.verb} {count} job{'s' if count != 1 else ''}"
-                + (f": {shown}{more}" if count else "")
-                + " (dry run: nothing changed)."
-            )
-            return
-        self.report(self.apply(qs))
-
-    def report(self, changed: int) -> None:
-        self.stdout.write(f"{self.done} {changed} job{'s' if changed != 1 else ''}.")
+def add_selection_arguments(
+    parser: CommandParser, statuses: Sequence[str], default_status: Sequence[str]
+) -> None:
+    """``--ids``, ``--task``, ``--queue``, ``--status`` (of ``statuses``) and ``--dry-run``."""
+    parser.add_argument("--ids", type=id_list, default=None, help="comma-separated job ids")
+    parser.add_argument(
+        "--task",
+        type=name_list,
+        default=None,
+        help="comma-separated task names (module.function)",
+    )
+    parser.add_argument("--queue", type=queue_names, default=None, help="comma-separated queues")
+    parser.add_argument(
+        "--status",
+        type=status_list(statuses),
+        default=None,
+        help=f"comma-separated statuses, of {', '.join(statuses)} "
+        f"(default {','.join(default_status)})",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show what would change; change nothing"
+    )
 
 
-RETRY_STATUSES = (str(JobStatus.DEAD), str(JobStatus.CANCELLED), str(JobStatus.RUNNING))
-CANCEL_STATUSES = (str(JobStatus.PENDING), str(JobStatus.RUNNING))
+def selected_jobs(options: dict[str, Any], default_status: Sequence[str]) -> JobQuerySet:
+    """The jobs the options select, in ``PGJOBS["DATABASE"]``."""
+    from django_pgjobs.models import Job
+
+    qs = Job.objects.using(get_settings().DATABASE).all()
+    if options["ids"]:
+        qs = qs.filter(id__in=options["ids"])
+    if options["task"]:
+        qs = qs.filter(task__in=options["task"])
+    if options["queue"]:
+        qs = qs.filter(queue__in=options["queue"])
+    return qs.filter(status__in=options["status"] or default_status)

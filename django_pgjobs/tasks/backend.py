@@ -3,7 +3,7 @@
 Import it as ``django_pgjobs.backend.PgJobsBackend`` (that module also explains
 the Django requirement on older versions). Tasks become rows of the jobs table,
 written through the caller's connection, and ``runjobs`` runs them next to ``@job``
-jobs. The worker-side half lives in ``tasks_bridge``.
+jobs. The worker-side half lives in ``tasks/bridge.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core import checks
-from django.db.models import JSONField, OuterRef, Subquery
+from django.db.models import OuterRef, Subquery
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -22,7 +22,7 @@ from django_pgjobs import signals
 from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.enqueue import enqueue_one
 from django_pgjobs.tasks import bridge
-from django_pgjobs.validation import check_idempotency_key, check_max_attempts, check_queue
+from django_pgjobs.validation import check_key, check_max_attempts, check_queue
 
 #: Keys accepted in ``TASKS[alias]["OPTIONS"]`` (case-insensitive).
 OPTION_KEYS = frozenset({"max_attempts"})
@@ -71,7 +71,7 @@ class PgJobsBackend(BaseTaskBackend):
             max_attempts = getattr(task, "max_attempts", None)
             if max_attempts is not None:
                 check_max_attempts(max_attempts)
-            check_idempotency_key(getattr(task, "idempotency_key", None))
+            check_key(getattr(task, "idempotency_key", None), "idempotency_key")
         except ValueError as exc:
             raise InvalidTask(f"{exc}.") from None
         for option in ("retry_on", "discard_on"):
@@ -92,6 +92,8 @@ class PgJobsBackend(BaseTaskBackend):
         self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]
     ) -> TaskResult[..., Any]:
         """INSERT one job through the caller's connection (so inside its transaction)."""
+        from django_pgjobs.models import Job  # not at import: see get_result
+
         self.validate_task(task)
         definition = bridge.register(task)
         job_args, job_kwargs = bridge.arguments(task, args, kwargs)
@@ -107,7 +109,7 @@ class PgJobsBackend(BaseTaskBackend):
             "max_attempts": getattr(task, "max_attempts", None) or self._option("max_attempts"),
             "idempotency_key": getattr(task, "idempotency_key", None),
         }
-        job = enqueue_one(definition, job_args, job_kwargs, options)
+        job = enqueue_one(definition, job_args, job_kwargs, options, model=Job)
         base = bridge.task_for_name(job.task) or definition.task
         result = bridge.result_from_job(
             job, base, self, return_value=job.result if job.status == "completed" else None
@@ -122,7 +124,7 @@ class PgJobsBackend(BaseTaskBackend):
     def get_result(self, result_id: Any) -> TaskResult[..., Any]:
         """The result of job ``result_id``; ``TaskResultDoesNotExist`` for an id that is
         malformed, unknown, or a ``@job`` (not a django.tasks task)."""
-        from django_pgjobs.models import Job, JobResult
+        from django_pgjobs.models import Job, JobResult, StoredJSONField
 
         text = str(result_id)
         if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_ID:
@@ -131,7 +133,7 @@ class PgJobsBackend(BaseTaskBackend):
         stored = JobResult.objects.filter(job_id=OuterRef("pk")).values("value")[:1]
         job = (
             Job.objects.using(get_settings().DATABASE)
-            .annotate(pgjobs_stored_value=Subquery(stored, output_field=JSONField()))
+            .annotate(pgjobs_stored_value=Subquery(stored, output_field=StoredJSONField()))
             .filter(pk=int(text))
             .first()
         )

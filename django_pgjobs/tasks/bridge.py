@@ -33,7 +33,7 @@ from django.utils.json import normalize_json
 
 from django_pgjobs import registry, signals
 from django_pgjobs.conf import get_settings
-from django_pgjobs.decorators import JobDefinition
+from django_pgjobs.definition import JobDefinition
 from django_pgjobs.states import JobStatus
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.executor import never_retry
@@ -49,6 +49,7 @@ PREFIX = "django.tasks:"
 MAX_NAME = 255 - len(PREFIX)
 
 STATUS_MAP: dict[str, TaskResultStatus] = {
+    JobStatus.BLOCKED: TaskResultStatus.READY,  # a workflow job waiting for its parents
     JobStatus.PENDING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
@@ -257,9 +258,17 @@ def _time(value: Any) -> datetime | None:
     return value
 
 
+def _entries(job: Job) -> list[dict[str, Any]]:
+    """The row's error entries that are entries (a row psql wrote may hold anything)."""
+    errors = job.errors
+    return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+
+
 def _errors(job: Job) -> list[TaskError]:
     out = []
-    for entry in job.errors or []:
+    if isinstance(job.errors, str):  # an undecodable history: its placeholder
+        out.append(TaskError(exception_class_path="builtins.ValueError", traceback=job.errors))
+    for entry in _entries(job):
         path = entry.get("type") or "builtins.Exception"
         text = entry.get("traceback") or f"{path}: {entry.get('message', '')}\n"
         out.append(TaskError(exception_class_path=path, traceback=text))
@@ -276,7 +285,7 @@ def _errors(job: Job) -> list[TaskError]:
 def _worker_ids(job: Job) -> list[str]:
     """One id per attempt: the worker named on that attempt's error, else the row's."""
     by_attempt: dict[int, str] = {}
-    for entry in job.errors or []:
+    for entry in _entries(job):
         if entry.get("worker") and isinstance(entry.get("attempt"), int):
             by_attempt[entry["attempt"]] = str(entry["worker"])
     current = job.worker or "unknown"
@@ -297,7 +306,7 @@ def _last_started(job: Job) -> datetime | None:
 def _first_started(job: Job) -> datetime | None:
     """When the first attempt began. The row keeps only the latest claim time; an
     error entry gives its attempt's start when recorded, else when it ended."""
-    times = [t for t in (_time(e.get("started_at") or e.get("at")) for e in job.errors or []) if t]
+    times = [t for t in (_time(e.get("started_at") or e.get("at")) for e in _entries(job)) if t]
     last = _last_started(job)
     if last is not None:
         times.append(last)
@@ -337,8 +346,9 @@ def result_from_job(
         started_at=_first_started(job),
         finished_at=job.finished_at,
         last_attempted_at=_last_started(job),
-        args=list(job.args),
-        kwargs=dict(job.kwargs),
+        # A row psql wrote may hold anything; an undecodable value is its placeholder.
+        args=list(job.args) if isinstance(job.args, list) else [job.args],
+        kwargs=dict(job.kwargs) if isinstance(job.kwargs, dict) else {"undecodable": job.kwargs},
         backend=backend.alias,
         errors=_errors(job),
         worker_ids=_worker_ids(job),
@@ -354,21 +364,28 @@ def result_from_job(
 
 
 def backend_for(task: Task[..., Any]) -> Any:
-    """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours."""
-    from django.tasks import task_backends
+    """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours.
 
-    from django_pgjobs.tasks.backend import PgJobsBackend
+    A backend is ours when its tasks are ``PgJobsTask`` (``PgJobsBackend.task_class``):
+    asked of the instance, so this module need not import ``tasks/backend.py``, which
+    imports it."""
+    from django.tasks import task_backends
 
     try:
         backend = task_backends[task.backend]
-        if isinstance(backend, PgJobsBackend):
+        if _ours(backend):
             return backend
     except InvalidTaskBackend:  # alias removed from TASKS since (or its backend is gone)
         pass
     for backend in task_backends.all():
-        if isinstance(backend, PgJobsBackend):
+        if _ours(backend):
             return backend
     raise InvalidTask(f"no TASKS backend is a PgJobsBackend, so {task.module_path} cannot run")
+
+
+def _ours(backend: Any) -> bool:
+    task_class = getattr(backend, "task_class", None)
+    return isinstance(task_class, type) and issubclass(task_class, PgJobsTask)
 
 
 def run(

@@ -12,8 +12,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_pgjobs import flow, signals, sql
+from django_pgjobs import flow, signals
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.claim import Claimed
 from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.safetext import printable
 from django_pgjobs.states import JobStatus
@@ -114,7 +115,7 @@ def _warn_unknown(connection: Any, state: flow.FlowState) -> None:
 _CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
-def _write(connection: BaseDatabaseWrapper, job: sql.Claimed, outcome: Outcome) -> bool:
+def _write(connection: BaseDatabaseWrapper, job: Claimed, outcome: Outcome) -> bool:
     """Write the outcome; on a connection error reconnect and redo it once (the
     writes are idempotent and recognise their own earlier committed run)."""
     try:

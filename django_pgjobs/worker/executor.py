@@ -8,69 +8,38 @@ inside the job's transaction).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import traceback
-from collections.abc import Callable
+import os
+import signal
+import threading
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.utils import timezone
 
-from django_pgjobs import registry, sql, tracing
+from django_pgjobs import registry, tracing
 from django_pgjobs.conf import get_settings
 from django_pgjobs.context import JobContext
-from django_pgjobs.decorators import JobDefinition
+from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.job_outcome import encode_result, result_by_key
+from django_pgjobs.decoding import Undecodable
+from django_pgjobs.definition import JobDefinition
+from django_pgjobs.errors import error_entry, storable
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, UnknownTask
 from django_pgjobs.retry import backoff
 from django_pgjobs.validation import check_json, check_result_size
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.outcomes import Outcome
+from django_pgjobs.workflows import results
 
 logger = logging.getLogger("django_pgjobs")
 
 _E = TypeVar("_E", bound=BaseException)
 
 
-def error_entry(
-    attempt: int, exc: BaseException, worker: str | None, started_at: datetime | None = None
-) -> dict[str, Any]:
-    """One entry of ``Job.errors``: attempt, time, exception type, message, traceback.
-
-    ``started_at``: when the attempt began running. The row keeps only the latest
-    claim's start, so this is how the Tasks backend knows when the first attempt
-    started; entries without it (the reaper's) fall back to ``at``.
-    """
-    cls = type(exc)
-    entry = {
-        "attempt": attempt,
-        "at": timezone.now().isoformat(),
-        "type": f"{cls.__module__}.{cls.__qualname__}",
-        "message": _storable(lambda: str(exc))[:2000],
-        "traceback": _storable(lambda: "".join(traceback.format_exception(exc)))[-20000:],
-        "worker": worker,
-    }
-    if started_at is not None:
-        entry["started_at"] = started_at.isoformat()
-    return entry
-
-
-def _storable(text: Callable[[], str]) -> str:
-    """Text PostgreSQL can store: a NUL byte or a lone surrogate in an error message
-    would make the write of the outcome fail forever (a poison completion)."""
-    try:
-        value = text()
-    except BaseException as exc:  # noqa: BLE001 - a __str__ that raises (even SystemExit)
-        value = f"<unprintable: {type(exc).__name__}>"
-    if not isinstance(value, str):
-        value = "<unprintable: __str__ returned no text>"
-    value = value.replace("\x00", "\\x00")
-    if not value.isascii():
-        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
-
-
-def make_context(claimed: sql.Claimed, worker: str | None) -> JobContext:
+def make_context(claimed: Claimed, worker: str | None) -> JobContext:
     return JobContext(
         job_id=claimed.id,
         task=claimed.task,
@@ -83,18 +52,54 @@ def make_context(claimed: sql.Claimed, worker: str | None) -> JobContext:
     )
 
 
+# A job that forks and returns (or raises) in the child must not go on as a worker
+# there: the child would run the job-thread loop, orphaned, on the parent's database
+# socket, with the worker's signal handlers. A fork made while a job runs marks the
+# child; the child exits (os._exit: no atexit, no flush onto shared sockets) where the
+# job returns in it.
+_running = threading.local()
+_forked_in_job = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked_in_job
+    if getattr(_running, "job", False):
+        _forked_in_job = True
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the worker's graceful shutdown
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def exit_if_forked_child(failed: bool) -> None:
+    """In a process forked by a job, where the job returns: exit it."""
+    if _forked_in_job:
+        os._exit(1 if failed else 0)
+
+
 def _call(
     definition: JobDefinition, context: JobContext, args: list[Any], kwargs: dict[str, Any]
 ) -> Any:
     call_args = [context, *args] if definition.takes_context else args
-    if definition.is_async:
-        return asyncio.run(definition.func(*call_args, **kwargs))
-    return definition.func(*call_args, **kwargs)
+    _running.job = True
+    failed = True
+    try:
+        if definition.is_async:
+            value = asyncio.run(definition.func(*call_args, **kwargs))
+        else:
+            value = definition.func(*call_args, **kwargs)
+        failed = False
+        return value
+    finally:
+        _running.job = False
+        exit_if_forked_child(failed)
 
 
 def _failure(
     definition: JobDefinition | None,
-    claimed: sql.Claimed,
+    claimed: Claimed,
     exc: BaseException,
     worker: str | None,
     *,
@@ -119,7 +124,7 @@ def never_retry(exc: _E) -> _E:
 
 def retry_or_dead(
     definition: JobDefinition | None,
-    claimed: sql.Claimed,
+    claimed: Claimed,
     exc: BaseException,
     entry: dict[str, Any],
 ) -> Outcome:
@@ -137,11 +142,12 @@ def retry_or_dead(
     return Outcome("dead", error=entry, exception=exc)
 
 
-Prepared = tuple[JobDefinition, list[Any], dict[str, Any]]
+#: (definition, args, kwargs, the parents' results of a workflow node or None)
+Prepared = tuple[JobDefinition, list[Any], dict[str, Any], dict[str, Any] | None]
 
 
 def _prepare(
-    claimed: sql.Claimed, worker: str | None, alias: str, started_at: datetime
+    claimed: Claimed, worker: str | None, alias: str, started_at: datetime
 ) -> Outcome | Prepared:
     """Everything before the handler: the definition, the stored arguments, the
     idempotency short-circuit. An Outcome when the job must not (or need not) run."""
@@ -152,9 +158,12 @@ def _prepare(
             "dead", error=error_entry(claimed.attempt, exc, worker, started_at), exception=exc
         )
     args, kwargs = claimed.args, claimed.kwargs
-    if isinstance(args, sql.Undecodable) or isinstance(kwargs, sql.Undecodable):
-        bad = args if isinstance(args, sql.Undecodable) else kwargs
-        undecodable = ValueError(f"stored arguments of job {claimed.id} cannot be decoded: {bad}")
+    if isinstance(args, Undecodable) or isinstance(kwargs, Undecodable):
+        bad = args if isinstance(args, Undecodable) else kwargs
+        reason = getattr(bad, "reason", bad)
+        undecodable = ValueError(
+            f"stored arguments of job {claimed.id} cannot be decoded: {reason}"
+        )
         return Outcome(
             "dead",
             error=error_entry(claimed.attempt, undecodable, worker, started_at),
@@ -170,17 +179,23 @@ def _prepare(
         )
     if claimed.idempotency_key is not None:
         try:
-            found, value = sql.result_for_key(connections[alias], claimed.idempotency_key)
+            found, value = result_by_key(connections[alias], claimed.idempotency_key)
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
             return _failure(definition, claimed, exc, worker, started_at=started_at)
         if found:
             return Outcome("completed", value=value, extra={"short_circuit": True})
-    return definition, args, kwargs
+    parents = None
+    if claimed.has_parents:  # a workflow node: its parents' results, read now
+        try:
+            args, parents = results.with_parent_results(connections[alias], claimed.id, args)
+        except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
+            return _failure(definition, claimed, exc, worker, started_at=started_at)
+    return definition, args, kwargs, parents
 
 
 def _finish(
     definition: JobDefinition,
-    claimed: sql.Claimed,
+    claimed: Claimed,
     value: Any,
     worker: str | None,
     started_at: datetime,
@@ -189,7 +204,7 @@ def _finish(
     thread, so a value that cannot be stored fails this job alone."""
     try:
         _check_return(value, claimed.task)
-        encoded = sql.encode_result(value)
+        encoded = encode_result(value)
     except BaseException as exc:  # noqa: BLE001 - RecursionError, ValueError from json.dumps
         # The handler ran and its side effects happened; re-running cannot fix its value.
         failed = exc
@@ -198,7 +213,7 @@ def _finish(
             if isinstance(exc, _BadReturn)
             else _BadReturn(
                 f"the return value of {claimed.task} cannot be stored as JSON: "
-                f"{type(exc).__name__}: {_storable(lambda: str(failed))[:500]}"
+                f"{type(exc).__name__}: {storable(lambda: str(failed))[:500]}"
             )
         )
         return _failure(definition, claimed, bad, worker, started_at=started_at)
@@ -206,7 +221,7 @@ def _finish(
 
 
 def execute(
-    claimed: sql.Claimed, *, worker: str | None, alias: str, context: JobContext | None = None
+    claimed: Claimed, *, worker: str | None, alias: str, context: JobContext | None = None
 ) -> Outcome:
     """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
     started_at = timezone.now()  # when this attempt began, for its error entry
@@ -214,10 +229,12 @@ def execute(
         prepared = _prepare(claimed, worker, alias, started_at)
         if isinstance(prepared, Outcome):
             return prepared
-        definition, args, kwargs = prepared
+        definition, args, kwargs, parents = prepared
         context = context or make_context(claimed, worker)
+        if parents is not None:
+            context.parent_results = parents
         if definition.atomic:
-            return _execute_atomic(definition, claimed, context, worker, alias, started_at)
+            return _execute_atomic(definition, claimed, context, worker, alias, started_at, args)
         try:
             with tracing.job_span(claimed):  # OpenTelemetry "<task> process" span (or a no-op)
                 value = _call(definition, context, args, kwargs)
@@ -229,7 +246,7 @@ def execute(
 
 
 async def aexecute(
-    claimed: sql.Claimed, *, worker: str | None, alias: str, context: JobContext
+    claimed: Claimed, *, worker: str | None, alias: str, context: JobContext
 ) -> Outcome:
     """Run an ``async def`` job on the caller's event loop; never raises except
     ``asyncio.CancelledError`` when the worker cancels the run (timeout, shutdown)."""
@@ -241,20 +258,26 @@ async def aexecute(
             await sync_to_async(_prepare, thread_sensitive=False)(
                 claimed, worker, alias, started_at
             )
-            if claimed.idempotency_key is not None
+            if claimed.idempotency_key is not None or claimed.has_parents
             else _prepare(claimed, worker, alias, started_at)
         )
         if isinstance(prepared, Outcome):
             return prepared
-        definition, args, kwargs = prepared
+        definition, args, kwargs, parents = prepared
+        if parents is not None:
+            context.parent_results = parents
         call_args = [context, *args] if definition.takes_context else args
+        _running.job = True  # the worker's loop thread runs nothing but jobs
         try:
             with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
                 value = await definition.func(*call_args, **kwargs)
         except asyncio.CancelledError:
+            exit_if_forked_child(True)
             raise
         except BaseException as exc:  # noqa: BLE001
+            exit_if_forked_child(True)
             return _failure(definition, claimed, exc, worker, started_at=started_at)
+        exit_if_forked_child(False)
         return _finish(definition, claimed, value, worker, started_at)
     except asyncio.CancelledError:
         raise
@@ -262,25 +285,15 @@ async def aexecute(
         return last_resort(claimed, exc, worker)
 
 
-def last_resort(claimed: sql.Claimed, exc: BaseException, worker: str | None) -> Outcome:
+def last_resort(claimed: Claimed, exc: BaseException, worker: str | None) -> Outcome:
     """An exception escaped the executor itself: fail the attempt, never leaving the
     row pending with its attempts used up."""
-    try:
-        entry = error_entry(claimed.attempt, exc, worker)
-    except BaseException:  # noqa: BLE001
-        entry = {
-            "attempt": claimed.attempt,
-            "at": timezone.now().isoformat(),
-            "type": "builtins.BaseException",
-            "message": "<unprintable>",
-            "traceback": None,
-            "worker": worker,
-        }
+    entry = error_entry(claimed.attempt, exc, worker)  # never raises
     return retry_or_dead(None, claimed, exc, entry)
 
 
 def timed_out(
-    claimed: sql.Claimed, seconds: float, worker: str | None, started_at: datetime | None = None
+    claimed: Claimed, seconds: float, worker: str | None, started_at: datetime | None = None
 ) -> Outcome:
     """The outcome of a run the worker gave up on after ``seconds``: retried or
     dead-lettered like any failure (``retry_on``/``discard_on`` apply), written
@@ -321,11 +334,12 @@ def _check_return(value: Any, task: str) -> None:
 
 def _execute_atomic(
     definition: JobDefinition,
-    claimed: sql.Claimed,
+    claimed: Claimed,
     context: JobContext,
     worker: str | None,
     alias: str,
     started_at: datetime,
+    args: list[Any],
 ) -> Outcome:
     """Handler, lease re-check, completion and result in ONE transaction.
 
@@ -337,7 +351,7 @@ def _execute_atomic(
     try:
         with transaction.atomic(using=alias):
             with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
-                value = _call(definition, context, claimed.args, claimed.kwargs)
+                value = _call(definition, context, args, claimed.kwargs)
             _check_return(value, claimed.task)
             if not outcomes.complete(connection, claimed, value):
                 raise _Fenced

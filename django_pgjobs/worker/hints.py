@@ -9,38 +9,14 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError, connections
 
-from django_pgjobs import registry, sql
-from django_pgjobs.conf import get_settings
-from django_pgjobs.states import JobStatus
-
-
-def declared_queues() -> set[str]:
-    """Queues the code names: ``@job(queue=...)`` defaults, ``PGJOBS["QUEUES"]`` and
-    ``PGJOBS["CRON"]`` entries, and the Tasks backend's ``QUEUES`` option."""
-    conf = get_settings()
-    names = {d.queue for d in registry.all_definitions()}
-    names |= {str(q) for q in conf.QUEUES}
-    names |= {str(e.get("queue", "default")) for e in conf.CRON.values() if isinstance(e, dict)}
-    names.add("default")
-    try:
-        from django.conf import settings
-
-        for backend in (getattr(settings, "TASKS", None) or {}).values():
-            if "pgjobs" in str(backend.get("BACKEND", "")):
-                names |= {str(q) for q in backend.get("QUEUES") or ()}
-    except (AttributeError, TypeError):
-        pass
-    return names
+from django_pgjobs.db.status import PENDING_PER_QUEUE
+from django_pgjobs.flow import declared_queues
 
 
 def queues_with_jobs(alias: str) -> dict[str, int]:
     """Pending jobs per queue (read from the partial claim index)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(
-            f"SELECT queue, count(*) FROM {sql.JOB} WHERE status = %s "  # noqa: S608 - a constant; values are parameters
-            "GROUP BY queue ORDER BY queue",
-            [str(JobStatus.PENDING)],
-        )
+        cursor.execute(PENDING_PER_QUEUE)
         return {str(q): int(n) for q, n in cursor.fetchall()}
 
 

@@ -10,16 +10,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from django_pgjobs.db.notify import LISTEN, LISTEN_KEEPALIVE
 from django_pgjobs.pgconn import psycopg_params
-from django_pgjobs.sql import NOTIFY_CHANNEL
 from django_pgjobs.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
+
+#: How long one wait for notifications lasts: how soon the thread sees a stop (a
+#: worker's shutdown joins this thread: a burst run ends no later than this after
+#: its last job).
+STOP_CHECK = 0.2
+#: Seconds between keep-alive statements on an idle connection.
+KEEPALIVE_EVERY = 1.0
 
 
 class Listener(threading.Thread):
@@ -37,7 +45,7 @@ class Listener(threading.Thread):
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = self.connection_class.connect(**psycopg_params(self.alias), autocommit=True)
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        conn.execute(LISTEN)
         return conn
 
     def run(self) -> None:
@@ -50,11 +58,14 @@ class Listener(threading.Thread):
                 backoff.succeeded()
                 # A reconnect may have missed notifications: wake the loop once.
                 self.on_notify("")
+                kept_alive = time.monotonic()
                 while not self.stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
+                    for note in conn.notifies(timeout=STOP_CHECK):
                         self.on_notify(note.payload)
-                    # Keep-alive: a silently dead connection raises here.
-                    conn.execute("SELECT 1")
+                    if time.monotonic() - kept_alive >= KEEPALIVE_EVERY:
+                        # Keep-alive: a silently dead connection raises here.
+                        conn.execute(LISTEN_KEEPALIVE)
+                        kept_alive = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - any failure: reconnect
                 self.connected.clear()
                 if self.stop.is_set():

@@ -20,7 +20,15 @@ from typing import Any, Literal
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import signals, sql
+from django_pgjobs import signals
+from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.job_outcome import (
+    Encoded,
+    job_complete_many,
+    job_dead,
+    job_retry,
+    job_timed_out,
+)
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -43,7 +51,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def log_extra(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
+def log_extra(claimed: Claimed, worker: str | None) -> dict[str, Any]:
     return {
         "job_id": claimed.id,
         "task": claimed.task,
@@ -66,14 +74,14 @@ def after_write(job_id: int, lease: int, callback: Callable[[Outcome, bool], Non
         _after_write[(job_id, lease)] = callback
 
 
-def complete(connection: BaseDatabaseWrapper, claimed: sql.Claimed, value: Any) -> bool:
+def complete(connection: BaseDatabaseWrapper, claimed: Claimed, value: Any) -> bool:
     """Mark ``claimed`` completed with ``value``; True when the row was still ours.
     Also called inside an atomic job's own transaction, so the completion commits
     (or rolls back) with what the handler wrote."""
-    return bool(sql.complete_many(connection, [(claimed.id, claimed.lease, value)]))
+    return bool(job_complete_many(connection, [(claimed.id, claimed.lease, value)]))
 
 
-def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcome) -> bool:
+def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -> bool:
     """Apply one outcome; True when the row was still ours."""
     if outcome.written or outcome.kind == "fenced":
         return outcome.kind != "fenced"
@@ -82,30 +90,36 @@ def write(connection: BaseDatabaseWrapper, claimed: sql.Claimed, outcome: Outcom
     if outcome.error is None:
         raise ValueError(f"a {outcome.kind} outcome without an error entry")
     if outcome.extra.get("timed_out"):
-        status = sql.timed_out(
+        status = job_timed_out(
             connection,
             id=claimed.id,
             lease=claimed.lease,
             retry=outcome.kind == "retry",
             delay=outcome.delay,
             error=outcome.error,
+            suspect=claimed.suspect,  # a suspect given up on has not proved it ends well
         )
         if status == "dead" and outcome.kind == "retry":
             outcome.kind = "dead"  # attempts used up meanwhile (the statement decides)
         return status is not None
     if outcome.kind == "retry":
-        status = sql.retry_status(
-            connection, id=claimed.id, lease=claimed.lease, delay=outcome.delay, error=outcome.error
+        status = job_retry(
+            connection,
+            id=claimed.id,
+            lease=claimed.lease,
+            delay=outcome.delay,
+            error=outcome.error,
+            suspect=bool(outcome.extra.get("suspect")),  # it killed its process: isolated.py
         )
         if status == "dead":
             outcome.kind = "dead"  # the attempts guard dead-lettered it: report that
         return status is not None
-    return sql.dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+    return job_dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
 
 
 def write_batch(
     connection: BaseDatabaseWrapper,
-    items: Sequence[tuple[sql.Claimed, Outcome]],
+    items: Sequence[tuple[Claimed, Outcome]],
     *,
     redo: bool = True,
 ) -> Iterator[tuple[int, bool]]:
@@ -114,7 +128,7 @@ def write_batch(
     whose connection fails midway knows which ones are done (the statements
     recognise their own committed writes, so redoing the rest is safe).
     ``redo=False``: the first try of these items, so the completion need not look
-    for an earlier committed run of itself (``sql.JOB_COMPLETE_MANY``)."""
+    for an earlier committed run of itself (``JOB_COMPLETE_MANY``)."""
     to_complete = [
         i
         for i, (_, outcome) in enumerate(items)
@@ -122,7 +136,7 @@ def write_batch(
     ]
     ours: set[int] = set()
     if to_complete:
-        ours = sql.complete_many(
+        ours = job_complete_many(
             connection,
             [(items[i][0].id, items[i][0].lease, stored(items[i][1])) for i in to_complete],
             redo=redo,
@@ -134,11 +148,11 @@ def write_batch(
 
 def stored(outcome: Outcome) -> Any:
     """The value to store for a completion: the job thread's encoding when it made one."""
-    return outcome.value if outcome.encoded is None else sql.Encoded(outcome.encoded)
+    return outcome.value if outcome.encoded is None else Encoded(outcome.encoded)
 
 
 def report_fenced(
-    claimed: sql.Claimed, write: str, *, worker: str | None, consequence: str = ""
+    claimed: Claimed, write: str, *, worker: str | None, consequence: str = ""
 ) -> None:
     """A write about ``claimed`` matched no row because its lease moved on: warn and
     send ``job_fenced``. Every fenced write (complete, retry, dead, release,
@@ -154,19 +168,14 @@ def report_fenced(
         consequence,
         extra=log_extra(claimed, worker),
     )
-    signals.send(
-        signals.job_fenced,
-        job_id=claimed.id,
-        task=claimed.task,
-        queue=claimed.queue,
-        lease=claimed.lease,
-        worker=worker,
-        write=write,
-    )
+    args = signal_args(claimed, worker)
+    del args["attempt"]  # job_fenced says all the others do but the attempt (signals.py)
+    signals.send(signals.job_fenced, **args, write=write)
 
 
-def signal_args(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
-    """What every job signal says about the job: the one place these are spelled out."""
+def signal_args(claimed: Claimed, worker: str | None) -> dict[str, Any]:
+    """What every job signal says about the job (``job_fenced``: all but the attempt):
+    the one place these are spelled out."""
     return {
         "job_id": claimed.id,
         "task": claimed.task,
@@ -177,7 +186,7 @@ def signal_args(claimed: sql.Claimed, worker: str | None) -> dict[str, Any]:
     }
 
 
-def report(claimed: sql.Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
+def report(claimed: Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
     """Log and signal what happened; never raises."""
     base = signal_args(claimed, worker)
     extra = log_extra(claimed, worker)

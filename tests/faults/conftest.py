@@ -115,7 +115,9 @@ def db(cluster: TempCluster) -> Iterator[psycopg.Connection]:
     with psycopg.connect(cluster.dsn(DBNAME), autocommit=True) as conn:
         conn.execute(
             "TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_worker,"
-            " django_pgjobs_queue, django_pgjobs_knowntask, fault_effects RESTART IDENTITY"
+            " django_pgjobs_queue, django_pgjobs_knowntask, django_pgjobs_workflow,"
+            " django_pgjobs_jobdependency, django_pgjobs_heldslot, fault_effects,"
+            " django_pgjobs_minute, django_pgjobs_rollupmark RESTART IDENTITY"
         )
         yield conn
 
@@ -162,8 +164,31 @@ def workers(
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:
         for i, worker in enumerate(w.started):
-            sys.stderr.write(f"\n----- worker {i} log -----\n{worker.output()[-4000:]}\n")
+            state = process_state(worker.pid) if worker.proc.poll() is None else "exited"
+            sys.stderr.write(
+                f"\n----- worker {i} (pid {worker.pid}, {state}) log -----\n"
+                f"{worker.output()[-4000:]}\n"
+            )
+        sys.stderr.write(f"\n----- the server's sessions at the failure -----\n{sessions(db)}\n")
     w.stop_all()
+
+
+def sessions(db: psycopg.Connection) -> str:
+    """What every backend of the suite's database was doing, and the locks not granted
+    (a one-off hang in CI tells its cause in the log)."""
+    try:
+        rows = db.execute(
+            "SELECT a.pid, a.application_name, a.state, a.wait_event_type, a.wait_event,"
+            " round(extract(epoch FROM now() - a.xact_start)::numeric, 1) AS xact_s,"
+            " left(regexp_replace(a.query, '\\s+', ' ', 'g'), 160),"
+            " (SELECT string_agg(l.locktype || ' ' || l.mode, ', ') FROM pg_locks l"
+            "   WHERE l.pid = a.pid AND NOT l.granted) AS waiting_for"
+            " FROM pg_stat_activity a WHERE a.datname = current_database()"
+            " AND a.pid <> pg_backend_pid() ORDER BY a.xact_start NULLS LAST"
+        ).fetchall()
+    except psycopg.Error as exc:
+        return f"(could not read pg_stat_activity: {exc})"
+    return "\n".join(" | ".join(str(c) for c in row) for row in rows) or "(none)"
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

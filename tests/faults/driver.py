@@ -7,7 +7,9 @@ enqueue (with an idempotency key, retried once after an error as a caller should
 also a ``unique_while`` job, through JOB_INSERT_FLOW),
 enqueue_many (``batch``: rows per COPY), pause/resume a queue (``pause_resume``:
 both, each retried once; ``pause`` / ``resume``: one attempt), admin cancel / retry / pages, jobs_status, prune --dry-run,
-``testing.run_jobs``.
+``testing.run_jobs``; workflows: enqueue a chain (retried once), a batch with one member
+(``batch``) or none (``batch_empty``: its close fires it), each closed again once
+after an error, and cancelling a workflow (retried once).
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
 
         call = pause_queue if action == "pause" else resume_queue
         try:
-            return {"ok": True, "names": call(*arg["names"])}
+            # create=True: the cell pauses a queue nothing declares ("other").
+            return {"ok": True, "names": call(*arg["names"], create=True)}
         except Exception as exc:  # noqa: BLE001
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if action == "enqueue_twice":
@@ -173,6 +176,66 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "id": job_id, "status": status}
         except Exception as exc:  # noqa: BLE001
             return {"ok": False, "id": job_id, "error": f"{type(exc).__name__}: {exc}"}
+    if action == "enqueue_workflow":
+        from django_pgjobs import chain
+
+        first_error = None
+        for _ in range(2):  # a workflow has no key: a retry after a lost reply duplicates it
+            try:
+                run = chain(fault_step.s(), fault_step.si()).enqueue()
+                return {"ok": True, "ids": [j.id for j in run.jobs], "error": first_error}
+            except Exception as exc:  # noqa: BLE001 - the caller retries once
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action in ("batch", "batch_empty"):
+        from django_pgjobs import batch
+
+        b = batch(on_complete=fault_step.si())
+        errors = []
+        try:
+            with b:
+                if action == "batch":
+                    fault_step.enqueue()
+        except Exception as exc:  # noqa: BLE001 - the caller closes it again once
+            errors.append(f"{type(exc).__name__}: {exc}")
+            if b.id is not None:
+                try:
+                    b.close()
+                except Exception as again:  # noqa: BLE001
+                    return {"ok": False, "error": [*errors, f"{type(again).__name__}: {again}"]}
+        if b.id is None:
+            return {"ok": False, "error": errors}
+        return {"ok": True, "batch": b.id, "error": errors or None}
+    if action == "cancel_workflow":
+        from django_pgjobs import chain
+        from django_pgjobs.workflows import cancel_workflow
+
+        run = chain(fault_step.s(), fault_step.si()).enqueue()
+        errors = []
+        for _ in range(2):  # the caller retries once
+            try:
+                cancel_workflow(run.id)
+                return {"ok": True, "cancelled": [j.id for j in run.jobs], "error": errors or None}
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"{type(exc).__name__}: {exc}")
+        return {"ok": False, "cancelled": [j.id for j in run.jobs], "error": errors}
+    if action == "retry_failed_workflow":
+        # the workflow admin's "retry the failed nodes": a chain whose first node died
+        # (its child cancelled by the trigger), retried from the run list
+        from django.utils import timezone
+
+        from django_pgjobs import chain
+        from django_pgjobs.models import Job
+
+        run = chain(fault_step.s(), fault_step.si()).enqueue()
+        first, second = (j.id for j in run.jobs)
+        Job.objects.filter(id=first).update(status="dead", finished_at=timezone.now())
+        response = _admin_client().post(
+            "/admin/django_pgjobs/workflow/",
+            {"action": "retry_failed_runs", "_selected_action": [str(run.id)], "index": "0"},
+        )
+        ok = response.status_code in (200, 302)
+        return {"ok": ok, "status": response.status_code, "retried": [first, second]}
     if action == "run_jobs":
         from django_pgjobs.testing import run_jobs
 

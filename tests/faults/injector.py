@@ -30,12 +30,15 @@ A plan (JSON object):
 ``texts``      file to append ``[name, text]`` of every statement to;
 ``signals``    file to append job_succeeded/failed/dead/fenced signals to.
 
-Two paths do not go through ``execute``: ``enqueue_many``'s ``COPY`` runs through the
+Three paths do not go through ``execute``: ``enqueue_many``'s ``COPY`` runs through the
 connection's ``execute_wrappers`` by itself (``enqueue._copy_rows``), so it is seen
 here as ``copy:job``; the worker's LISTEN connection is a plain psycopg connection of
 the class ``Listener.connection_class``, which the injector replaces (at the first
 Django connection) with a subclass that goes through it: ``listener:LISTEN``,
-``listener:wait`` (the notifies loop) and ``listener:keep-alive``.
+``listener:wait`` (the notifies loop) and ``listener:keep-alive``; the worker's
+heartbeat process (``django_pgjobs/pulse.py``, psycopg only) is started as
+``tests.faults.pulse_faults``, which puts the same plan on its connection:
+``pulse:JOB_HEARTBEAT_PULSE`` and ``pulse:WORKER_UPSERT``.
 """
 
 from __future__ import annotations
@@ -67,36 +70,30 @@ def _normal(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def sql_constants() -> dict[str, str]:
-    """Module-level SQL constants of ``django_pgjobs.sql``: name -> text."""
-    from django_pgjobs import sql
+def db_constants() -> dict[str, str]:
+    """The SQL statements of ``django_pgjobs.db`` (every module's constants) and the
+    compiled claims (``claims.claim_statements``): name -> text. The LISTEN
+    connection's statements are named apart (``listener:...``)."""
+    import importlib
+    import pkgutil
 
-    out = {}
-    for name, value in vars(sql).items():
-        if (
-            name.isupper()
-            and not name.startswith("_")
-            and isinstance(value, str)
-            and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP)\b", value)
-        ):
-            out[name] = value
+    from django_pgjobs import claims, db
+
+    out: dict[str, str] = {}
+    for info in pkgutil.iter_modules(db.__path__, "django_pgjobs.db."):
+        for name, value in vars(importlib.import_module(info.name)).items():
+            if (
+                name.isupper()
+                and not name.startswith(("_", "LISTEN"))
+                and isinstance(value, str)
+                and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP)\b", value)
+            ):
+                # a constant imported from its home module is the same text
+                assert out.get(name, value) == value, f"two statements of db/ are named {name}"
+                out[name] = value
     # The claims are compiled from Job.objects.claimable on first use, not module text.
-    out.update(sql.claim_statements())
+    out.update(claims.claim_statements())
     return out
-
-
-def skew_constants() -> dict[str, str]:
-    """The SQL constants of ``django_pgjobs.worker.skew`` (the unknown-task sweeper's)."""
-    from django_pgjobs.worker import skew
-
-    return {
-        name: value
-        for name, value in vars(skew).items()
-        if name.isupper()
-        and not name.startswith("_")
-        and isinstance(value, str)
-        and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", value)
-    }
 
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] | None = None
@@ -106,10 +103,9 @@ def _patterns() -> list[tuple[str, re.Pattern[str]]]:
     global _PATTERNS
     if _PATTERNS is None:
         pats = []
-        named = {f"sql.{n}": t for n, t in sql_constants().items()}
-        named.update({f"skew.{n}": t for n, t in skew_constants().items()})
+        named = {f"db.{n}": t for n, t in db_constants().items()}
         for name, text in named.items():
-            # JOB_BY_KEY is formatted with its column list at import time.
+            # JOB_BY_KEY and JOB_BY_UNIQUE_KEY are formatted with the model's columns.
             body = re.escape(_normal(text)).replace(r"\{columns\}", ".+?")
             body = body.replace(r"\{\{columns\}\}", ".+?")
             pats.append((name, re.compile(body + r"\Z", re.DOTALL)))
@@ -118,9 +114,9 @@ def _patterns() -> list[tuple[str, re.Pattern[str]]]:
 
 
 def statement_name(sql_text: str) -> str:
-    """``sql.JOB_CLAIM_ALL``-style name for a constant of sql.py (``skew.NAME`` for the
-    unknown-task sweeper's statements, kept in skew.py); ``orm:...`` for an
-    ORM statement on a pgjobs table (a stable digest of its shape); ``other:...``."""
+    """``db.JOB_CLAIM_ALL``-style name for a statement of ``django_pgjobs.db`` (the
+    constant's name); ``orm:...`` for an ORM statement on a pgjobs table (a stable
+    digest of its shape); ``other:...``."""
     text = _normal(sql_text)
     for name, pattern in _patterns():
         if pattern.match(text):
@@ -411,7 +407,7 @@ def _lose_reply(db: Any, plan: dict[str, Any], what: str) -> NoReturn:
 
 def _patch_wrapper_class() -> None:
     """Every Django connection object gets the wrapper from birth, on every thread
-    (``sql.hot_cursor`` takes Django's ordinary cursor when wrappers are installed);
+    (``hot_cursor`` takes Django's ordinary cursor when wrappers are installed);
     its ``_commit`` loses the reply of a COMMIT an ``at_commit`` fault marked."""
     from django.db.backends.postgresql.base import DatabaseWrapper
 
@@ -446,23 +442,26 @@ def _patch_wrapper_class() -> None:
 
 def _on_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     _connect_signals()
-    _patch_listener()
+    _patch_worker_connections()
 
 
-_LISTENER_DONE = False
+_WORKER_DONE = False
 
 
-def _patch_listener() -> None:
-    """The worker's LISTEN connection gets :class:`ListenConnection` (done at the first
-    Django connection: the apps are loaded then, and a worker registers itself before
-    its listener starts)."""
-    global _LISTENER_DONE
-    if _LISTENER_DONE:
+def _patch_worker_connections() -> None:
+    """The worker's LISTEN connection gets :class:`ListenConnection`, and its heartbeat
+    process runs as ``tests.faults.pulse_faults`` (the same plan on its connection).
+    Done at the first Django connection: the apps are loaded then, and a worker
+    registers itself before its listener and its heartbeat process start."""
+    global _WORKER_DONE
+    if _WORKER_DONE:
         return
-    _LISTENER_DONE = True
+    _WORKER_DONE = True
     from django_pgjobs.worker.listener import Listener
+    from django_pgjobs.worker.pulse_link import PulseLink
 
     Listener.connection_class = _make_listen_connection_class()
+    PulseLink.module = "tests.faults.pulse_faults"
 
 
 _SIGNALS_DONE = False

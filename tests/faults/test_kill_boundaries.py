@@ -133,6 +133,7 @@ def test_kill_during_heartbeat(db, workers, workdir: Path, cluster) -> None:
             lambda: (
                 db.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
                     " AND query LIKE '%%heartbeat_at = now()%%'"
                 ).fetchone()[0]
                 == 1

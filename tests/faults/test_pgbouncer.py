@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -41,8 +43,11 @@ NAMED_PREPARED = re.compile(r"execute (?!<unnamed>)[^:\s]+:")
 
 
 @pytest.fixture
-def logged(db: psycopg.Connection, cluster) -> object:
-    """Log every statement of the suite's database (on fresh server connections)."""
+def logged(
+    db: psycopg.Connection, cluster, bouncer, request: pytest.FixtureRequest
+) -> Iterator[Callable[[], str]]:
+    """Log every statement of the suite's database (on fresh server connections); on a
+    failure, print the end of pgbouncer's log."""
     db.execute(f"ALTER DATABASE {DBNAME} SET log_statement = 'all'")
     # Behind a transaction pooler the server's time zone must be Django's, or Django
     # sends SET TIME ZONE on connect (documented in the pgbouncer how-to).
@@ -54,6 +59,10 @@ def logged(db: psycopg.Connection, cluster) -> object:
     )
     start = len(cluster.server_log())
     yield lambda: cluster.server_log()[start:]
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed and bouncer.log.exists():
+        tail = bouncer.log.read_text(errors="replace")[-4000:]
+        sys.stderr.write(f"\n----- pgbouncer log -----\n{tail}\n")
     db.execute(f"ALTER DATABASE {DBNAME} RESET log_statement")
     db.execute(f"ALTER DATABASE {DBNAME} RESET timezone")
 
@@ -91,7 +100,7 @@ def test_core_scenarios_through_pgbouncer(
     wait_effect(db, job, "start", lease=1)
     b = workers.start("--no-listen", "--concurrency", "1", url=url)
     sigkill(a)
-    row = wait_status(db, job, "completed", timeout=30)
+    row = wait_status(db, job, "completed", timeout=60)  # reaped, run isolated by b
     assert (row["attempts"], row["lease"]) == (1, 3)  # the lost worker's attempt given back
     sigkill(b)
 
@@ -103,7 +112,7 @@ def test_core_scenarios_through_pgbouncer(
     os.killpg(z.pid, signal.SIGSTOP)
     wait_stopped(z.pid)
     workers.start("--no-listen", "--concurrency", "1", url=url)
-    before = wait_status(db, job, "completed", timeout=30, lease=3)
+    before = wait_status(db, job, "completed", timeout=60, lease=3)
     go(workdir, job, 1)
     os.killpg(z.pid, signal.SIGCONT)
     wait_until(

@@ -27,6 +27,12 @@ EXPECTED = {
     "unprintable": ("dead", 2, "tests.testapp.jobs.FaultUnprintable", "unprintable"),
     "nul_return": ("dead", 1, "django_pgjobs.worker.executor._BadReturn", "return value"),
     "surrogate_return": ("dead", 1, "django_pgjobs.worker.executor._BadReturn", "return value"),
+    "surrogate_type": (
+        "dead",
+        2,
+        "tests.testapp.jobs.FaultSurrogate\\ud800",
+        "named \\udc00 badly",
+    ),
 }
 
 

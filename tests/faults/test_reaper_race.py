@@ -16,7 +16,9 @@ from typing import Any
 
 import psycopg
 
-from django_pgjobs import sql
+from django_pgjobs import claims
+from django_pgjobs.db.job_outcome import job_complete_many
+from django_pgjobs.db.reap import job_reap_stale
 from tests.faults.conftest import DBNAME
 
 ROUNDS = 60
@@ -43,7 +45,9 @@ def test_reaper_and_completer_never_both_win(db, cluster) -> None:
     wins = {"completed": 0, "reaped": 0}
     try:
         for _ in range(ROUNDS):
-            db.execute("TRUNCATE django_pgjobs_job, django_pgjobs_jobresult")
+            db.execute(
+                "TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_jobdependency"
+            )
             ids = make_stale_running(db, JOBS_PER_ROUND)
             rng.shuffle(ids)
             results = race_round(conns, ids, rng)
@@ -92,20 +96,20 @@ def race_round(
         barrier.wait()
         done: set[int] = set()
         for chunk in (ids[: len(ids) // 2], ids[len(ids) // 2 :]):
-            done |= sql.complete_many(conns[0], [(i, 1, {"id": i}) for i in chunk])
+            done |= job_complete_many(conns[0], [(i, 1, {"id": i}) for i in chunk])
         results["completed"] = done
 
     def reap() -> None:
         barrier.wait()
-        rows = sql.reap(conns[1], stale_after=2.0, batch=rng.randint(1, JOBS_PER_ROUND))
-        rows += sql.reap(conns[1], stale_after=2.0, batch=JOBS_PER_ROUND)
+        rows = job_reap_stale(conns[1], stale_after=2.0, batch=rng.randint(1, JOBS_PER_ROUND))
+        rows += job_reap_stale(conns[1], stale_after=2.0, batch=JOBS_PER_ROUND)
         results["reaped"] = {r[0] for r in rows}
 
     def reclaim() -> None:
         barrier.wait()
         got: dict[int, int] = {}
         for _ in range(3):
-            for c in sql.claim(conns[2], worker="new", queues=None, n=5):
+            for c in claims.claim(conns[2], worker="new", queues=None, n=5):
                 got[c.id] = c.lease
         results["reclaimed"] = got
 

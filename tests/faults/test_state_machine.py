@@ -1,6 +1,6 @@
 """Scenario 7 (model): Hypothesis drives random interleavings of enqueue, claim,
 heartbeat, complete, fail, release, time passing, reap, cancel and admin retry
-through the product's own statements (``django_pgjobs.sql``) against the real
+through the product's own statements (``django_pgjobs.db``) against the real
 PostgreSQL of the suite, and checks the invariants after every step:
 
 * one live lease per job: every running row is held by exactly one simulated
@@ -25,7 +25,16 @@ from hypothesis.stateful import (
     rule,
 )
 
-from django_pgjobs import sql
+from django_pgjobs import claims
+from django_pgjobs.db.job_admin import job_cancel, job_retry_now
+from django_pgjobs.db.job_outcome import (
+    job_complete_many,
+    job_dead,
+    job_heartbeat,
+    job_release,
+    job_retry,
+)
+from django_pgjobs.db.reap import job_reap_stale
 from tests.faults.conftest import DBNAME
 
 TERMINAL = {"completed", "dead", "cancelled"}
@@ -38,7 +47,9 @@ class QueueMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.conn.execute("TRUNCATE django_pgjobs_job, django_pgjobs_jobresult")
+        self.conn.execute(
+            "TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_jobdependency"
+        )
         self.held: list[tuple[int, int, int, int]] = []  # (id, lease, attempt, max_attempts)
         self.max_lease: dict[int, int] = {}
         self.before: dict[int, str] = {}
@@ -86,7 +97,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 3), queues=st.sampled_from([None, ["a"], ["a", "b"]]))
     def claim(self, n: int, queues: list[str] | None) -> None:
         self.step("claim")
-        for c in sql.claim(self.conn, worker="w", queues=queues, n=n):
+        for c in claims.claim(self.conn, worker="w", queues=queues, n=n):
             assert c.lease > self.max_lease.get(c.id, 0), "a lease was handed out twice"
             assert c.attempt <= c.max_attempts
             self.max_lease[c.id] = c.lease
@@ -101,7 +112,7 @@ class QueueMachine(RuleBasedStateMachine):
         expected_lost = {i for i, lease, _, _ in mine if not self.current(i, lease)}
         live = {i for i, lease, _, _ in mine if self.current(i, lease)}
         beats = dict(self.conn.execute("SELECT id, heartbeat_at FROM django_pgjobs_job").fetchall())
-        lost = sql.heartbeat(self.conn, [(i, lease) for i, lease, _, _ in mine])
+        lost = job_heartbeat(self.conn, [(i, lease) for i, lease, _, _ in mine])
         assert lost == expected_lost
         after = dict(self.conn.execute("SELECT id, heartbeat_at FROM django_pgjobs_job").fetchall())
         for i in after:
@@ -114,7 +125,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.step("complete")
         job_id, lease, _, _ = self.take_held(data)
         ours = self.current(job_id, lease)
-        assert bool(sql.complete_many(self.conn, [(job_id, lease, None)])) == ours
+        assert bool(job_complete_many(self.conn, [(job_id, lease, None)])) == ours
 
     @precondition(lambda self: self.held)
     @rule(data=st.data())
@@ -123,9 +134,9 @@ class QueueMachine(RuleBasedStateMachine):
         job_id, lease, attempt, max_attempts = self.take_held(data)
         ours = self.current(job_id, lease)
         if attempt < max_attempts:  # the executor's rule
-            done = sql.retry(self.conn, id=job_id, lease=lease, delay=0.0, error=ERROR)
+            done = job_retry(self.conn, id=job_id, lease=lease, delay=0.0, error=ERROR) is not None
         else:
-            done = sql.dead(self.conn, id=job_id, lease=lease, error=ERROR)
+            done = job_dead(self.conn, id=job_id, lease=lease, error=ERROR)
         assert done == ours
 
     @precondition(lambda self: self.held)
@@ -134,7 +145,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.step("release")
         job_id, lease, _, _ = self.take_held(data)
         ours = self.current(job_id, lease)
-        assert sql.release(self.conn, id=job_id, lease=lease) == ours
+        assert job_release(self.conn, id=job_id, lease=lease) == ours
 
     @rule()
     def time_passes(self) -> None:
@@ -148,7 +159,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def reap(self) -> None:
         self.step("reap")
-        sql.reap(self.conn, stale_after=STALE)
+        job_reap_stale(self.conn, stale_after=STALE)
 
     @precondition(lambda self: self.held)
     @rule()
@@ -164,14 +175,14 @@ class QueueMachine(RuleBasedStateMachine):
         self.step("cancel")
         ids = list(self.rows())
         if ids:
-            sql.cancel(self.conn, [data.draw(st.sampled_from(ids))])
+            job_cancel(self.conn, [data.draw(st.sampled_from(ids))])
 
     @rule(data=st.data())
     def admin_retry(self, data: st.DataObject) -> None:
         self.step("admin_retry")
         ids = list(self.rows())
         if ids:
-            sql.retry_now(self.conn, [data.draw(st.sampled_from(ids))], stale_after=STALE)
+            job_retry_now(self.conn, [data.draw(st.sampled_from(ids))], stale_after=STALE)
 
     # ------------------------------------------------------------------ invariants
 

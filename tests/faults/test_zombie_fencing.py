@@ -50,7 +50,9 @@ def freeze_a_and_let_b_finish(
     wait_stopped(a.pid)
     go(workdir, job, 3)
     workers.start("--concurrency", "1")
-    row = wait_status(db, job, "completed", timeout=30)
+    # B starts (Django), A goes stale, the reaper and B's isolated run (a child
+    # process): over 30 s on a loaded CI box.
+    row = wait_status(db, job, "completed", timeout=60)
     assert row["lease"] == 3
     return snapshot(db, job)
 

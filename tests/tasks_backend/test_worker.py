@@ -25,8 +25,8 @@ from django.db import connection
 from django.tasks import TaskResultStatus
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
-from django_pgjobs import sql
 from django_pgjobs.backend import PgJobsBackend
+from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker.loop import Worker
@@ -156,7 +156,7 @@ def test_bad_return_value_fails_without_retry() -> None:
 
 def test_cancelled_is_failed_with_a_task_error() -> None:
     result = t.noop_task.enqueue()
-    assert sql.cancel(connection, [int(result.id)]) == {int(result.id)}
+    assert job_cancel(connection, [int(result.id)]) == {int(result.id)}
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class_path == "django_pgjobs.exceptions.JobCancelled"
@@ -308,7 +308,6 @@ def test_worker_threads_run_tasks_async_tasks_and_jobs() -> None:
             maintenance=False,
             listen=False,
             poll_interval=0.05,
-            install_signal_handlers=False,
         )
         runner = threading.Thread(target=worker.run)
         runner.start()

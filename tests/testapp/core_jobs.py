@@ -75,3 +75,73 @@ async def async_orm_count() -> int:
 def nap(seconds: float) -> None:
     """A slow job for the fairness test."""
     time.sleep(seconds)
+
+
+# Hostile jobs (issue #22 item 4, rows D and H): what a job may do to the worker's
+# event loop and process; tests/test_hostile_jobs.py.
+
+
+@job(max_attempts=1)
+async def stops_the_loop() -> str:
+    asyncio.get_running_loop().stop()
+    await asyncio.sleep(0.2)
+    return "stopped the loop"
+
+
+@job(max_attempts=1)
+async def closes_the_loop() -> str:
+    asyncio.get_running_loop().close()
+    return "closed the loop"
+
+
+@job(max_attempts=1)
+async def spawns_an_exit(kind: str) -> str:
+    """Spawns a task that raises SystemExit or KeyboardInterrupt out of the loop."""
+
+    async def exits() -> None:
+        raise SystemExit("a spawned task exits") if kind == "exit" else KeyboardInterrupt
+
+    asyncio.get_running_loop().create_task(exits())
+    await asyncio.sleep(0.3)
+    return "spawned " + kind
+
+
+@job(max_attempts=1)
+async def blocks_the_loop(seconds: float) -> str:
+    time.sleep(seconds)
+    return "blocked"
+
+
+@job(max_attempts=1)
+def forks(path: str, raise_in_child: bool = False) -> int:
+    """Forks and returns in both processes; the child writes its pid to ``path``."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+        if raise_in_child:
+            raise ValueError("the child raises")
+        return 0
+    return pid
+
+
+@job(max_attempts=1)
+def holds_gil_on_cue(folder: str, seconds: int) -> str:
+    """Waits (GIL free) for ``folder``/go, writes ``folder``/holding, then holds the GIL
+    for ``seconds`` in ONE C call (libc ``sleep`` through ``ctypes.PyDLL``, which does
+    not release it: exact, unlike a backtracking regex), then writes ``folder``/released."""
+    import ctypes
+    from pathlib import Path
+
+    where = Path(folder)
+    deadline = time.monotonic() + 120
+    while not (where / "go").exists():
+        if time.monotonic() > deadline:
+            return "no cue"
+        time.sleep(0.02)
+    (where / "holding").write_text(str(time.time()))
+    ctypes.PyDLL(None).sleep(seconds)
+    (where / "released").write_text(str(time.time()))
+    return "held"

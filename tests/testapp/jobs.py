@@ -9,6 +9,7 @@ from typing import Any
 from django.db import connection
 
 from django_pgjobs import JobContext, job
+from tests import run_records
 
 
 @job
@@ -122,6 +123,18 @@ def record_run(context: JobContext, table: str, seconds: float = 0.0) -> int:
     return context.job_id
 
 
+@job(max_attempts=5, takes_context=True)
+def holds_gil(context: JobContext, key: str, seconds: float) -> float:
+    """One C call holding the GIL for about ``seconds``, its run recorded (tests/run_records.py)."""
+    return run_records.recorded_gil(context, key, seconds)
+
+
+@job(max_attempts=5)
+async def holds_gil_async(seconds: float) -> float:
+    """Blocks the worker's event loop, GIL held, in one C call of ``seconds`` or more."""
+    return run_records.hold_gil(seconds)
+
+
 @job(max_attempts=1, takes_context=True)
 def wait_for_cancel(context: JobContext, timeout: float) -> bool:
     """Runs until the worker marks its context cancelled (lease lost) or ``timeout``."""
@@ -185,9 +198,33 @@ def _fault_wait_go(directory: str, context: JobContext, timeout: float = 120) ->
         time.sleep(0.02)
 
 
-def _fault_hold(seconds: float, spin: bool) -> None:
+def _fault_hold(
+    seconds: float,
+    spin: bool,
+    context: JobContext | None = None,
+    until_file: str = "",
+    gil: bool = False,
+) -> None:
+    """Hold ``seconds`` (``context``: or until the run is cancelled; ``until_file``: or
+    until that file exists; ``gil``: in one C call that keeps the GIL, so no other
+    thread of the worker runs meanwhile, its heartbeat thread included)."""
     end = time.monotonic() + seconds
-    if spin:  # CPU-bound pure Python: holds the GIL between switch intervals
+    if gil:
+        # ctypes.PyDLL, unlike CDLL, keeps the GIL across the foreign call: glibc's
+        # usleep then holds it for exactly that long (a regular expression that
+        # backtracks, tests/run_records.py, is the real-world case but its length
+        # is a guess on a loaded box).
+        import ctypes
+
+        ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))
+    elif context is not None or until_file:
+        while time.monotonic() < end:
+            if context is not None and context.is_cancelled():
+                return
+            if until_file and os.path.exists(until_file):
+                return
+            time.sleep(0.05)
+    elif spin:  # CPU-bound pure Python: holds the GIL between switch intervals
         n = 0
         while time.monotonic() < end:
             n += 1
@@ -204,12 +241,18 @@ def fault_step(
     stop_at: str = "",
     wait_go: bool = False,
     mode: str = "ok",
+    until_cancelled: bool = False,
+    until_file: str = "",
+    gil: bool = False,
 ) -> int:
     """A job with a probe at every boundary.
 
     ``stop_at="claimed"`` SIGSTOPs the whole worker before the handler does
     anything; ``stop_at="end"`` after the handler's effects, before it returns
-    (so before its completion is flushed). ``mode`` picks the outcome ("ok",
+    (so before its completion is flushed). ``until_cancelled``: the hold ends early
+    once the run is cancelled (its lease lost); ``until_file``: once that file exists
+    (a wait that is not a guess at a loaded box's speed); ``gil``: the hold keeps the
+    GIL (one C call: the worker's threads all stop). ``mode`` picks the outcome ("ok",
     "raise" or "discard"). Stops and failures happen on the first claim only (lease 1:
     a lost worker's attempt is given back, so ``attempt`` repeats after a reclaim).
     """
@@ -220,7 +263,7 @@ def fault_step(
     if wait_go:
         _fault_wait_go(dir, context)
     if hold:
-        _fault_hold(hold, spin)
+        _fault_hold(hold, spin, context if until_cancelled else None, until_file, gil)
     _fault_effect(context, "end")
     if stop_at == "end" and first:
         os.kill(os.getpid(), _signal.SIGSTOP)
@@ -255,11 +298,20 @@ class FaultUnprintable(Exception):
         raise RuntimeError("this exception cannot be printed")
 
 
+class FaultSurrogate(Exception):
+    """An exception class whose name jsonb cannot store as it is (issue #22)."""
+
+
+FaultSurrogate.__qualname__ = "FaultSurrogate\ud800"
+
+
 @job(max_attempts=2)
 def fault_poison(kind: str) -> Any:
     """Every way a handler can misbehave."""
     if kind == "unprintable":
         raise FaultUnprintable
+    if kind == "surrogate_type":
+        raise FaultSurrogate("named \udc00 badly")
     if kind == "raise":
         raise ValueError("poison raised")
     if kind == "exit":
@@ -346,6 +398,16 @@ def traced_fails_once(marker: str) -> str:
 @job(timeout=0.3, max_attempts=1)
 def times_out(seconds: float) -> None:
     time.sleep(seconds)
+
+
+# -- suspects run alone (tests/test_suspects.py)
+
+
+@job(max_attempts=2)
+def exits_nine(seconds: float) -> None:
+    """Takes its process down with ``os._exit(9)`` after ``seconds`` (issue #22, row C)."""
+    time.sleep(seconds)
+    os._exit(9)
 
 
 from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)

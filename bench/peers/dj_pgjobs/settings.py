@@ -30,6 +30,15 @@ PGJOBS = {
     "POLL_INTERVAL": float(os.environ.get("BENCH_PGJOBS_POLL", "1.0")),
     "LISTEN": os.environ.get("BENCH_PGJOBS_LISTEN", "1") == "1",
 }
+# The long soak prunes during the run: completed jobs kept this many seconds, and
+# each worker's pruner pass this often (unset: the package's defaults).
+if os.environ.get("BENCH_PGJOBS_RETENTION"):
+    PGJOBS["RETENTION"] = {"completed": float(os.environ["BENCH_PGJOBS_RETENTION"])}
+# BENCH_PGJOBS_PULSE=0: no heartbeat process (HEARTBEAT_PROCESS), to measure its cost.
+if os.environ.get("BENCH_PGJOBS_PULSE"):
+    PGJOBS["HEARTBEAT_PROCESS"] = os.environ["BENCH_PGJOBS_PULSE"] == "1"
+if os.environ.get("BENCH_PGJOBS_PRUNER_INTERVAL"):
+    PGJOBS["PRUNER_INTERVAL"] = float(os.environ["BENCH_PGJOBS_PRUNER_INTERVAL"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

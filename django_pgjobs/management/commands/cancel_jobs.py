@@ -6,12 +6,15 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from django_pgjobs.management.selection import CANCEL_STATUSES, SelectionCommand
+from django_pgjobs import operations
+from django_pgjobs.management.selection import CANCEL_STATUSES
+from django_pgjobs.management.selection_command import SelectionCommand
+from django_pgjobs.managers import JobQuerySet
 
 
 class Command(SelectionCommand):
     help = (
-        "Cancel pending or running jobs (lease bumped: a running job's result is "
+        "Cancel blocked, pending or running jobs (lease bumped: a running job's result is "
         "rejected and its context.is_cancelled() turns true). Needs at least one of "
         "--ids, --task, --queue, --status."
     )
@@ -19,7 +22,7 @@ class Command(SelectionCommand):
     done = "Cancelled"
     statuses = CANCEL_STATUSES
 
-    def selection(self, options: dict[str, Any]) -> Any:
+    def selection(self, options: dict[str, Any]) -> JobQuerySet:
         if not any(options[k] for k in ("ids", "task", "queue", "status")):
             raise CommandError(
                 "cancel_jobs needs --ids, --task, --queue or --status; it "
@@ -28,8 +31,8 @@ class Command(SelectionCommand):
             )
         return super().selection(options)
 
-    def eligible(self, qs: Any) -> Any:
+    def eligible(self, qs: JobQuerySet) -> JobQuerySet:
         return qs.cancellable()
 
-    def apply(self, qs: Any) -> int:
-        return int(qs.cancel())
+    def apply(self, qs: JobQuerySet) -> int:
+        return len(operations.cancel(qs))

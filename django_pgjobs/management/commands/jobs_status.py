@@ -10,7 +10,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.health import readiness, status
+from django_pgjobs.db import readiness
+from django_pgjobs.health import status
 from django_pgjobs.management.commands.prune_jobs import duration
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_pgjobs.flow import pause_queue, resume_queue
+from django_pgjobs.flow import check_alias, pause_queue, resume_queue
 
 
 class Command(BaseCommand):
@@ -21,11 +21,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database", default=None, help="database alias (default: PGJOBS['DATABASE'])"
         )
+        parser.add_argument(
+            "--create",
+            action="store_true",
+            help="accept a queue nothing knows yet (no @job, setting, queue row or job "
+            "names it); without it such a name is refused as a likely typo",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         change = pause_queue if self.pause else resume_queue
+        if options["database"] is not None:
+            try:
+                check_alias(options["database"], "--database")
+            except ValueError as exc:
+                raise CommandError(str(exc), returncode=2) from None
         try:
-            names = change(*options["names"], using=options["database"])
+            names = change(*options["names"], using=options["database"], create=options["create"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         verb = "paused" if self.pause else "resumed"

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.pruner import Pruner
-from django_pgjobs.management.selection import positive_int
+from django_pgjobs.management.selection import positive_int, status_list
 from django_pgjobs.states import FINISHED
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -30,18 +30,6 @@ def duration(value: str) -> float:
     return seconds
 
 
-def status_list(value: str) -> list[str]:
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    for name in names:
-        if name not in FINISHED:
-            raise ArgumentTypeError(
-                f"{name!r} is not a finished status; choose from {', '.join(FINISHED)}"
-            )
-    if not names:
-        raise ArgumentTypeError(f"expected a comma-separated list of {', '.join(FINISHED)}")
-    return names
-
-
 class Command(BaseCommand):
     help = (
         "Delete finished jobs older than PGJOBS RETENTION (per status), in small batches "
@@ -52,13 +40,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--older-than",
             type=duration,
-            default=None,
             help="override the retention for the chosen statuses (7d, 12h, 30m, 90s)",
         )
         parser.add_argument(
             "--status",
-            type=status_list,
-            default=None,
+            type=status_list(FINISHED, "a finished status"),
             help="comma-separated finished statuses to prune (default: every "
             "status whose RETENTION is not None)",
         )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from django_pgjobs.management.selection import RETRY_STATUSES, SelectionCommand
+from django_pgjobs import operations
+from django_pgjobs.management.selection import RETRY_STATUSES
+from django_pgjobs.management.selection_command import SelectionCommand
+from django_pgjobs.managers import JobQuerySet
 
 
 class Command(SelectionCommand):
@@ -16,14 +17,14 @@ class Command(SelectionCommand):
     verb = "retry"
     done = "Retried"
     statuses = RETRY_STATUSES
-    default_status = ["dead"]
+    default_status = ("dead",)
     held: dict[int, int] = {}
 
-    def eligible(self, qs: Any) -> Any:
+    def eligible(self, qs: JobQuerySet) -> JobQuerySet:
         return qs.retryable()
 
-    def apply(self, qs: Any) -> int:
-        result = qs.retry_detailed()
+    def apply(self, qs: JobQuerySet) -> int:
+        result = operations.retry(qs)
         self.held = result.held
         return len(result.changed)
 

@@ -11,6 +11,20 @@ from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance import pgcron
 from django_pgjobs.maintenance.cron import ScheduleError, load_schedules
 
+#: The on/off options by destination, with their help: --pg-cron, and those that only
+#: mean something with it (``handle`` refuses them without it).
+SWITCHES = {
+    "pg_cron": "make pg_cron's cron.job entries pgjobs:* match the schedules",
+    "maintenance": "with --pg-cron: also run the reaper and pruner from pg_cron "
+    "every minute (pgjobs:_reap, pgjobs:_prune)",
+    "uninstall": "with --pg-cron: remove every pgjobs:* entry of this database",
+    "dry_run": "with --pg-cron: show what would change, change nothing",
+}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
 
 class Command(BaseCommand):
     help = (
@@ -19,27 +33,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--pg-cron",
-            action="store_true",
-            help="make pg_cron's cron.job entries pgjobs:* match the schedules",
-        )
-        parser.add_argument(
-            "--maintenance",
-            action="store_true",
-            help="with --pg-cron: also run the reaper and pruner from pg_cron "
-            "every minute (pgjobs:_reap, pgjobs:_prune)",
-        )
-        parser.add_argument(
-            "--uninstall",
-            action="store_true",
-            help="with --pg-cron: remove every pgjobs:* entry of this database",
-        )
-        parser.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="with --pg-cron: show what would change, change nothing",
-        )
+        for dest, text in SWITCHES.items():
+            parser.add_argument(_flag(dest), action="store_true", help=text)
         parser.add_argument(
             "--count",
             type=int,
@@ -55,9 +50,9 @@ class Command(BaseCommand):
         except ScheduleError as exc:
             raise CommandError(str(exc)) from None
         if not options["pg_cron"]:
-            for flag in ("maintenance", "uninstall", "dry_run"):
-                if options[flag]:
-                    raise CommandError(f"--{flag.replace('_', '-')} needs --pg-cron")
+            for dest in SWITCHES:  # pg_cron itself is off here
+                if options[dest]:
+                    raise CommandError(f"{_flag(dest)} needs --pg-cron")
             self._list(schedules, options["count"])
             return
         try:

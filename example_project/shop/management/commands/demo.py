@@ -93,7 +93,6 @@ class BurstRunner(threading.Thread):
                     poll_interval=0.1,
                     listen=False,  # a burst never idles, so LISTEN buys nothing
                     maintenance=False,  # reaper/pruner/cron belong to long-lived runjobs
-                    install_signal_handlers=False,  # the main thread handles Ctrl-C
                 )
                 if self._stop_requested.is_set():  # stop() raced the assignment above
                     self._worker.request_stop()

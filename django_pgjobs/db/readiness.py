@@ -14,9 +14,13 @@ from typing import Any, TypeVar, cast
 
 from django.db import DatabaseError, OperationalError, ProgrammingError, connections
 
-from django_pgjobs import sql
+from django_pgjobs.conf import get_settings
+from django_pgjobs.db.tables import JOB
 
 MIGRATE = "run `python manage.py migrate`"
+
+# Does the jobs table exist (in the connection's search_path)? Catalog only.
+TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def check(alias: str) -> Problem | None:
     connection = connections[alias]
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [sql.JOB])
+            cursor.execute(TABLE_EXISTS, [JOB])
             (exists,) = cursor.fetchone()
         if not exists:
             return Problem(missing_table_message(alias), fatal=True)
@@ -116,8 +120,6 @@ def names_the_fix(what: str) -> Callable[[F], F]:
             except ProgrammingError as exc:
                 if not is_missing_table(exc):
                     raise
-                from django_pgjobs.conf import get_settings
-
                 alias = kwargs.get("using") or get_settings().DATABASE
                 name = getattr(args[0], "name", "") if args else ""
                 raise ProgrammingError(

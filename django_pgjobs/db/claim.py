@@ -1,0 +1,270 @@
+"""The claim's hand-written parts: the UPDATE that marks the picked rows running, the
+outer queries of the several-queue and every-queue claims, the pending-queue list,
+and what a claimed row becomes (``Claimed``). The inner query that picks the rows is
+compiled from ``Job.objects.claimable()`` by ``claims.py``, which puts the
+``JOB_CLAIM_*`` statements together from these and runs them with ``job_claim``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.string import TextLoader
+
+from django_pgjobs.db.cursor import Connection, hot_cursor, json_value_or_placeholder
+from django_pgjobs.db.moves import declare
+from django_pgjobs.db.tables import JOB
+from django_pgjobs.decoding import Undecodable
+from django_pgjobs.states import JobStatus
+
+# Where the claim's SQL comes from. The rows a claim takes are the queryset
+# ``Job.objects.claimable(queue)`` (managers.py): due pending jobs in claim-index
+# order, ``select_for_update(skip_locked=True)``. It is compiled once per database
+# vendor, on first use and without a round trip (claims.claim_statements), into the inner
+# SELECT of one ``WITH picked AS (...) UPDATE ... RETURNING`` statement, so a claim
+# stays one round trip with one constant text that the server prepares once.
+# Hand-written around it, because the ORM cannot say it at no cost: the UPDATE that
+# joins the locked CTE and returns the claimed rows (QuerySet.update() neither joins
+# a CTE nor returns rows: two round trips); the several-queues claim's outer query,
+# which runs the queryset once per queue as a LATERAL subquery of unnest(...) (no
+# LATERAL or set-returning FROM in the ORM); the every-queue claim's queue list, a
+# recursive CTE (no WITH RECURSIVE in the ORM; its two index probes are one line
+# each, and ACTIVE_QUEUES shares it); and the limited claim further down, whose
+# per-queue scan reads the CTEs ``allowance`` and ``busy`` and locks rows only after
+# ranking them.
+
+# Claims commit asynchronously: set_config(..., true) is local to the statement's
+# own transaction (no session state, so pgbouncer-safe) and is still in force
+# when it commits, so the claim does not wait for a WAL flush. Safe: a claim lost
+# in a server crash leaves the job pending and it runs again (at-least-once), and
+# the completion, which commits synchronously, flushes the claim's WAL before it.
+ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
+
+# Marks the rows of ``picked`` as claimed. attempts and lease are bumped at claim
+# time, so a crash mid-job still counts the attempt and a reclaimed job can be told
+# from its zombie. The rows are found with ``id = ANY (ARRAY(SELECT id FROM
+# picked))``, a primary-key probe per id whatever the statistics say: joined as
+# ``FROM picked WHERE j.id = picked.id``, a table without statistics yet (a bulk
+# enqueue into a new table, autovacuum not run) is estimated at a few rows per
+# page, and the prepared statement's generic plan became a hash join over a
+# sequential scan of the whole table, 13 ms per claim on 50,000 rows
+# (tests/test_perf_plans.py pins the plan).
+#
+# ``heartbeat_at`` is the clock when the row is claimed, not the transaction's start
+# (``started_at``): a limited claim first waits for the flow lock (claim_limited.py),
+# as long as another worker holds it, and a heartbeat as old as that wait could be
+# older than STALE_AFTER when the claim commits; the reaper would take the rows from
+# this live worker before its first beat.
+_CLAIM_SET = f"""
+UPDATE {JOB} AS j
+   SET status = '{JobStatus.RUNNING}',
+       attempts = j.attempts + 1,
+       lease = j.lease + 1,
+       started_at = now(),
+       heartbeat_at = clock_timestamp(),
+       worker = %(worker)s,
+       -- unique_while="pending": a job stops holding its key once it starts
+       unique_key = CASE WHEN left(j.unique_key, 8) = 'pending:' THEN NULL
+                         ELSE j.unique_key END
+  FROM {ASYNC_COMMIT}
+ WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j.queue,
+          j.priority, j.idempotency_key, j.timeout, j.trace_context,
+          -- a workflow job with parents: the worker reads their results
+          j.failed_parents IS NOT NULL,
+          -- reclaimed from a lost worker: the worker runs it alone (worker/isolated.py)
+          j.suspect
+"""
+
+
+# Claim up to n due jobs of ONE queue: ``picked`` is the compiled queryset
+# (``WHERE status = 'pending' AND queue = %(queue)s AND run_at <= now() ORDER BY
+# priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED``), one range scan of
+# the claim index that stops after n rows. The CTE is the "optimisation fence": the
+# LIMIT applies to the locked set, so the UPDATE can never touch more rows than
+# asked for. SKIP LOCKED makes competing workers take different rows instead of
+# queueing behind each other.
+def claim_one_queue(picked: str) -> str:
+    return f"""
+WITH picked AS (
+    {picked}
+)
+{_CLAIM_SET}
+"""
+
+
+# Claim across several queues: each queue is scanned in index order (the compiled
+# queryset for queue = qs.name, LATERAL, LIMIT n each) and the best n are taken.
+# Rows of the per-queue scans that are not taken stay locked only for this statement.
+def claim_queues(lateral: str) -> str:
+    return f"""
+WITH picked AS (
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS qs(name)
+    CROSS JOIN LATERAL ({lateral}) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s
+)
+{_CLAIM_SET}
+"""
+
+
+# The queues that have pending rows, found with a loose index scan of the claim
+# index: one index probe per distinct queue, not a read of every pending row.
+# A recursive CTE named qs(name), for WITH RECURSIVE; its last row is NULL.
+_PENDING_QUEUES = f"""qs(name) AS (
+    (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM {JOB}
+             WHERE status = '{JobStatus.PENDING}' AND queue > qs.name
+             ORDER BY queue LIMIT 1)
+      FROM qs WHERE qs.name IS NOT NULL
+)"""
+
+
+# The queues with pending rows, on their own: what a worker of every queue claims
+# from (flow.FlowState keeps the list: refreshed every POLL_INTERVAL, when a
+# NOTIFY names a queue not in it, and after an empty claim without LISTEN). Its
+# claims are then JOB_CLAIM_ONE_QUEUE / JOB_CLAIM_QUEUES, which walk the claim
+# index once per queue, where JOB_CLAIM_ALL walks it twice (this probe, then the
+# LATERAL scan): until VACUUM, each walk steps over the index entries every
+# claimed job left behind. Measured on a no-op drain of 50,000 jobs: PostgreSQL
+# CPU 26.7 -> 24.9 us per job (docs/explanation/performance.md). Read-only.
+PENDING_QUEUES = f"""
+WITH RECURSIVE {_PENDING_QUEUES}
+SELECT name FROM qs WHERE name IS NOT NULL
+"""
+
+
+# Claim from every queue: the pending queues (loose index scan), then as above.
+# claims.claim(queues=None) without a task filter; the worker claims through
+# PENDING_QUEUES instead (above).
+def claim_all(lateral: str) -> str:
+    return f"""
+WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
+    SELECT c.id FROM qs
+    CROSS JOIN LATERAL ({lateral}) AS c
+    WHERE qs.name IS NOT NULL
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s
+)
+{_CLAIM_SET}
+"""
+
+
+# Deploy skew: the *_KNOWN claims are the same three restricted to the tasks this
+# worker knows (``claimable(tasks=...)``: a filter on the claim-index scan, no join,
+# no lock), so a job of a task only newer code registers waits for a worker that
+# knows it. The filter is array_position(%(tasks)s::text[], task::text) IS NOT NULL,
+# not task = ANY(...), on purpose: the planner estimates ANY() from the task
+# column's statistics (history included, or a default for a prepared statement's
+# parameter), and a low estimate makes it trade the ordered index scan that stops
+# after n rows for a bitmap scan plus a sort of the whole backlog. A function's IS
+# NOT NULL is estimated at 99.5%, which is the truth: almost every pending job is
+# of a known task.
+CLAIM_STATEMENTS = (
+    "JOB_CLAIM_ONE_QUEUE",
+    "JOB_CLAIM_QUEUES",
+    "JOB_CLAIM_ALL",
+    "JOB_CLAIM_ONE_QUEUE_KNOWN",
+    "JOB_CLAIM_QUEUES_KNOWN",
+    "JOB_CLAIM_ALL_KNOWN",
+)
+for _name in CLAIM_STATEMENTS:
+    declare(_name, (JobStatus.PENDING, JobStatus.RUNNING))
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed job as the worker sees it (no model instance on the hot path)."""
+
+    id: int
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease: int
+    queue: str
+    priority: int
+    idempotency_key: str | None
+    timeout: float | None = None
+    trace_context: dict[str, str] | None = None  # W3C trace context stored at enqueue
+    has_parents: bool = False  # a workflow job with parents (their results are read)
+    suspect: bool = False  # reclaimed from a lost worker: run alone (worker/isolated.py)
+
+
+def pending_queues(connection: Connection) -> list[str]:
+    """The names of the queues that have pending jobs (due or not), sorted."""
+    with hot_cursor(connection) as cursor:
+        cursor.execute(PENDING_QUEUES)
+        return [row[0] for row in cursor.fetchall()]
+
+
+@functools.lru_cache(maxsize=64)
+def task_array(tasks: tuple[str, ...]) -> str:
+    """The ``text[]`` literal of a worker's task names, built once: adapting a list of
+    a hundred strings on every claim cost more than the filter itself."""
+    quoted = ('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in tasks)
+    return "{" + ",".join(quoted) + "}"
+
+
+def job_claim(connection: Connection, statement: str, params: dict[str, Any]) -> list[Claimed]:
+    """Run one of the ``JOB_CLAIM_*`` statements (compiled by ``claims.claim_statements``)."""
+    with hot_cursor(connection) as cursor:
+        if isinstance(connection, psycopg.Connection):
+            # Django's psycopg setup loads jsonb as text; a plain connection would
+            # decode it in fetchall(), where one undecodable row raises for the whole
+            # batch after the claim committed. As text, from_rows decodes per row.
+            for name in ("json", "jsonb"):
+                cursor.adapters.register_loader(name, TextLoader)
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    return from_rows(rows)
+
+
+def from_rows(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
+    # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
+    # Decoded per row: one undecodable row fails its own job, not the batch (nothing
+    # here may raise: the claim has committed, and a raise would strand every row).
+    return [
+        Claimed(
+            r[0],
+            r[1],
+            _decoded(r[2]),
+            _decoded(r[3]),
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            r[10],
+            _trace_context(r[11]),
+            r[12],
+            r[13],
+        )
+        for r in rows
+    ]
+
+
+def _decoded(value: Any) -> Any:
+    """A stored args/kwargs value, or an ``Undecodable`` placeholder (a number of more
+    than 4,300 digits, nesting deeper than the recursion limit): the executor
+    dead-letters that job alone, with the placeholder's reason."""
+    return json_value_or_placeholder(value)
+
+
+def _trace_context(value: Any) -> dict[str, str] | None:
+    """The stored W3C trace context, as a dict of strings; None when absent, not a
+    JSON object or undecodable, and only its string items otherwise (a trace is
+    never worth failing a job for: ``{"traceparent": 5}`` made the propagator raise
+    TypeError before the handler ran)."""
+    if value is None:
+        return None
+    decoded = json_value_or_placeholder(value)
+    if not isinstance(decoded, dict) or isinstance(decoded, Undecodable):
+        return None
+    return {k: v for k, v in decoded.items() if isinstance(k, str) and isinstance(v, str)}

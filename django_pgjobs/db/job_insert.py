@@ -1,0 +1,117 @@
+"""Putting jobs in the table: the JOB_INSERT family (one job, one statement, with its
+wake-up), the lookups of the job that holds a key, and the bulk COPY."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL
+from django_pgjobs.states import JobStatus
+
+# The JOB_INSERT family: insert one job and wake idle workers, in one statement.
+# One column list serves every member; a member adds the flow-control columns, or
+# takes run_at as a delay, and nothing else. Parameters are named after their
+# column (build them with insert_params, which fills the ones not given with NULL):
+# a new column is one line here, not a positional None at every caller.
+_INSERT_COLUMNS = (
+    ("task", "%(task)s"),
+    ("queue", "%(queue)s"),
+    ("priority", "%(priority)s"),
+    ("args", "%(args)s::jsonb"),
+    ("kwargs", "%(kwargs)s::jsonb"),
+    # an absolute time (NULL: now), or for .using(delay=...) the database's now()
+    # plus the delay, the clock every other time of a job (claims, leases, backoff)
+    # is read from
+    ("run_at", "COALESCE(%(run_at)s, now())"),
+    ("max_attempts", "%(max_attempts)s"),
+    ("idempotency_key", "%(idempotency_key)s"),
+    ("timeout", "%(timeout)s"),
+    ("trace_context", "%(trace_context)s::jsonb"),
+    # the batch the job joins (workflows.batch; NULL outside a batch block)
+    ("workflow_id", "%(workflow_id)s"),
+)
+_FLOW_COLUMNS = (
+    ("concurrency_key", "%(concurrency_key)s"),
+    ("concurrency_limit", "%(concurrency_limit)s"),
+    ("unique_key", "%(unique_key)s"),
+)
+_DELAYED_RUN_AT = "now() + make_interval(secs => %(delay)s)"
+INSERT_PARAMS = frozenset([name for name, _ in _INSERT_COLUMNS + _FLOW_COLUMNS] + ["delay"])
+
+
+def insert_params(**values: Any) -> dict[str, Any]:
+    """Parameters for any member of the JOB_INSERT family: ``values`` by column
+    name (``delay``: seconds, for the _DELAYED members), NULL for the others."""
+    unknown = values.keys() - INSERT_PARAMS
+    if unknown:
+        raise TypeError(f"not a parameter of the job insert: {', '.join(sorted(unknown))}")
+    return dict.fromkeys(INSERT_PARAMS) | values
+
+
+# ON CONFLICT on the unique idempotency key waits for a concurrent inserter of the
+# same key to commit or roll back, then does nothing (the caller then reads the
+# winner's row), so concurrent enqueues of one key produce exactly one row. The
+# flow members (concurrency key, unique_while key) say ON CONFLICT DO NOTHING
+# without a target, which covers both partial unique indexes (idempotency key;
+# unique key among blocked/pending/running jobs) the same way. pg_notify is delivered at
+# commit, so a rolled-back enqueue wakes nobody.
+def _insert_statement(*, flow: bool, delayed: bool) -> str:
+    columns = _INSERT_COLUMNS + (_FLOW_COLUMNS if flow else ())
+    values = [_DELAYED_RUN_AT if delayed and name == "run_at" else value for name, value in columns]
+    conflict = "" if flow else " (idempotency_key) WHERE idempotency_key IS NOT NULL"
+    return f"""
+WITH ins AS (
+    INSERT INTO {JOB} ({", ".join(name for name, _ in columns)})
+    VALUES ({", ".join(values)})
+    ON CONFLICT{conflict} DO NOTHING
+    RETURNING id, queue, run_at, created_at
+)
+SELECT ins.id,
+       -- times as exact epoch microseconds: cheaper to decode than timestamptz
+       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
+       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
+       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
+  FROM ins
+"""
+
+
+JOB_INSERT = _insert_statement(flow=False, delayed=False)
+JOB_INSERT_DELAYED = _insert_statement(flow=False, delayed=True)
+# Only jobs with a concurrency key or a unique_while key take the flow members.
+JOB_INSERT_FLOW = _insert_statement(flow=True, delayed=False)
+JOB_INSERT_FLOW_DELAYED = _insert_statement(flow=True, delayed=True)
+
+
+def job_insert(
+    cursor: Any, params: dict[str, Any], *, flow: bool = False, delayed: bool = False
+) -> Sequence[Any] | None:
+    """Run the member of the JOB_INSERT family for these options with ``params``
+    (``insert_params``): ``(id, run_at, created_at, _)`` of the new row, the times in
+    epoch microseconds, or None when a key is taken (nothing was written)."""
+    if flow:
+        statement = JOB_INSERT_FLOW_DELAYED if delayed else JOB_INSERT_FLOW
+    else:
+        statement = JOB_INSERT_DELAYED if delayed else JOB_INSERT
+    cursor.execute(statement, params)
+    row: Sequence[Any] | None = cursor.fetchone()
+    return row
+
+
+# The run_at of a delayed bulk enqueue (COPY takes values, not expressions).
+DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
+
+# The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING), and
+# the job that holds a unique_while key (the partial unique index's predicate).
+# {columns}: the model's column list, filled in once by the caller (enqueue.py), so
+# the row becomes a ``Job`` with ``from_db``.
+JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
+# (A blocked workflow job holds its key from its enqueue, like a pending one.)
+JOB_BY_UNIQUE_KEY = (
+    f"SELECT {{columns}} FROM {JOB} WHERE unique_key = %s AND status IN "
+    f"('{JobStatus.BLOCKED}', '{JobStatus.PENDING}', '{JobStatus.RUNNING}')"
+)
+
+# enqueue_many's bulk insert ({columns}: the columns the batch sets; the rest take
+# their db_default). One statement per batch, inside the caller's transaction.
+JOB_COPY = f"COPY {JOB} ({{columns}}) FROM STDIN"

@@ -1,0 +1,57 @@
+"""The pruner's statements: finished history past its retention, deleted in batches."""
+
+from __future__ import annotations
+
+from django_pgjobs.db.tables import DEPENDENCY, JOB, RESULT
+from django_pgjobs.states import JobStatus
+
+# A workflow parent stays (with its result) while one of its children is still
+# blocked: the child reads its parents' results when it runs. Plain jobs skip the
+# probe (workflow_id IS NULL).
+_NOT_AWAITED = f"""(workflow_id IS NULL OR NOT EXISTS (
+           SELECT 1 FROM {DEPENDENCY} e
+             JOIN {JOB} c ON c.id = e.child_id AND c.status = '{JobStatus.BLOCKED}'
+            WHERE e.parent_id = {JOB}.id))"""
+
+# Delete one batch of finished jobs of one status older than the retention (a
+# workflow parent whose child still waits is kept until the child runs; a pruned
+# workflow job's edges to its parents go with it, found by the edges' primary key).
+# No "--" comment inside: pg_cron runs this text flattened to one line.
+# Walks the partial finished_at index oldest first; FOR UPDATE SKIP LOCKED lets
+# pruners on many hosts take disjoint rows and never wait on an admin retry of
+# the same row (the row is re-checked after locking, so a job retried meanwhile
+# is not deleted). Each batch is its own short transaction (autocommit), so row
+# locks live for milliseconds. Results go with their job unless they carry an
+# idempotency key that must keep protecting; keys of recurring jobs ('cron:...')
+# only matter within the catch-up window, so those results go too.
+JOB_PRUNE_BATCH = f"""
+WITH doomed AS (
+    SELECT id FROM {JOB}
+     WHERE finished_at IS NOT NULL
+       AND finished_at < now() - make_interval(secs => %(older_than)s)
+       AND status = %(status)s
+       AND {_NOT_AWAITED}
+     ORDER BY finished_at
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {JOB} AS j USING doomed WHERE j.id = doomed.id
+    RETURNING j.id, j.idempotency_key
+), results AS (
+    DELETE FROM {RESULT} AS r USING gone
+     WHERE r.job_id = gone.id
+       AND (gone.idempotency_key IS NULL OR gone.idempotency_key LIKE 'cron:%%')
+), edges AS (
+    DELETE FROM {DEPENDENCY} AS e USING gone WHERE e.child_id = gone.id
+)
+SELECT count(*) FROM gone
+"""
+
+# Dry run of the above: how many rows would go. Reads only, takes no row locks.
+JOB_PRUNE_COUNT = f"""
+SELECT count(*) FROM {JOB}
+ WHERE finished_at IS NOT NULL
+   AND finished_at < now() - make_interval(secs => %(older_than)s)
+   AND status = %(status)s
+   AND {_NOT_AWAITED}
+"""

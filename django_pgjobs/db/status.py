@@ -1,0 +1,143 @@
+"""What an operator reads: the status queries behind ``jobs_status`` and the admin
+overview, table health, the overview's charts, the worker's liveness file and
+``runjobs``' queue hints. All read-only; none takes a row lock."""
+
+from __future__ import annotations
+
+from django_pgjobs.db.claim import _PENDING_QUEUES
+from django_pgjobs.db.errors import keep_newest
+from django_pgjobs.db.rollup import claimed_since, finished_since
+from django_pgjobs.db.tables import JOB, QUEUE, WORKER
+from django_pgjobs.states import JobStatus
+
+# Live work per queue, exact: pending rows through the claim index and running
+# rows through the running index, one aggregate each, joined per queue. (A single
+# scan WHERE status IN ('pending', 'running') cannot use the two partial indexes
+# and reads the whole table.) Never the history. No locks.
+STATUS_ACTIVE = f"""
+WITH pending AS (
+    SELECT queue, count(*) AS pending, count(*) FILTER (WHERE run_at <= now()) AS due,
+           now() - min(run_at) FILTER (WHERE run_at <= now()) AS lag
+      FROM {JOB} WHERE status = '{JobStatus.PENDING}'
+     GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running,
+           count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s))
+               AS stuck
+      FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
+     GROUP BY queue
+)
+SELECT queue, COALESCE(p.pending, 0), COALESCE(p.due, 0), COALESCE(r.running, 0),
+       COALESCE(r.stuck, 0), p.lag
+  FROM pending AS p FULL JOIN running AS r USING (queue)
+"""
+
+# The start of the minute ``%(window)s`` seconds ago: the windows of the status pages
+# and charts begin on a minute, so that the minute rollup (db/rollup.py) answers them.
+WINDOW_START = "date_trunc('minute', now() - make_interval(secs => %(window)s))"
+
+# Finished per queue and status since WINDOW_START, with the completions of the last 5
+# and 60 whole minutes and the current one so far (throughput; complete only for a
+# window of at least an hour): the minute rollup plus the jobs finished since its mark
+# (finished_at index), so its cost follows the number of minutes and queues, not
+# throughput or history. No locks.
+STATUS_FINISHED = f"""
+SELECT queue, status, sum(n)::bigint,
+       COALESCE(sum(n) FILTER (
+           WHERE minute >= date_trunc('minute', now()) - interval '5 minutes'), 0)::bigint,
+       COALESCE(sum(n) FILTER (
+           WHERE minute >= date_trunc('minute', now()) - interval '60 minutes'), 0)::bigint
+  FROM ({finished_since(WINDOW_START)}) AS f
+ GROUP BY queue, status
+"""
+
+# Dead-lettered since WINDOW_START: the minute rollup's dead rows plus the live tail.
+# No locks.
+STATUS_DEAD_RECENT = f"""
+SELECT COALESCE(sum(n), 0)::bigint FROM ({finished_since(WINDOW_START, status=JobStatus.DEAD)}) AS f
+"""
+
+# Vacuum health of a table and, for the jobs table, the planner's statistics of the
+# status column (table-wide totals per status without a scan): statistics views
+# and catalog only, plus the server's clock. No locks.
+TABLE_HEALTH = """
+SELECT now(), c.relname, c.reltuples::float8, pg_total_relation_size(c.oid),
+       COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0), s.last_autovacuum,
+       s.last_vacuum, s.last_autoanalyze, COALESCE(s.autovacuum_count, 0), c.reloptions,
+       (SELECT most_common_vals::text FROM pg_stats
+         WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status'),
+       (SELECT most_common_freqs FROM pg_stats
+         WHERE schemaname = n.nspname AND tablename = c.relname AND attname = 'status'),
+       -- autovacuum off (server-wide, or for this table) means nothing reclaims
+       -- the two dead tuples every job leaves behind
+       current_setting('autovacuum')::bool
+         AND NOT COALESCE('autovacuum_enabled=false' = ANY(c.reloptions), false)
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+ WHERE c.oid = %(table)s::regclass
+"""
+
+# PostgreSQL's estimate of a table's rows (-1: never vacuumed or analyzed). No scan.
+TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass"
+
+# Size of a relation, e.g. the claim index: it should stay small (pending rows
+# only); growth without a backlog means bloat that vacuum is not reclaiming.
+INDEX_SIZE = "SELECT pg_relation_size(%(index)s::regclass)"
+
+# Registered workers, most recently seen first (LIMIT NULL: all of them), with
+# the time since each was last seen (live: within STALE_AFTER).
+STATUS_WORKERS = f"""
+SELECT id, host, pid, queues, concurrency, started_at, last_seen, now() - last_seen
+  FROM {WORKER} ORDER BY last_seen DESC LIMIT %(limit)s
+"""
+
+# Queues that have pending or running rows. Pending: the loose index scan of the
+# claim index (one probe per queue, as in JOB_CLAIM_ALL). Running: the running
+# index, as many rows as jobs in flight. Never the history. No locks.
+ACTIVE_QUEUES = f"""
+WITH RECURSIVE {_PENDING_QUEUES}
+SELECT name FROM qs WHERE name IS NOT NULL
+UNION
+SELECT DISTINCT queue FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
+LIMIT 1000
+"""
+
+# The overview's charts (health/activity.py: why lag is computed this way).
+# Finished jobs per minute and status since WINDOW_START: the minute rollup plus the
+# live tail (db/rollup.py). No locks.
+FINISHED_PER_MINUTE = f"""
+SELECT minute, status, sum(n)::bigint
+  FROM ({finished_since(WINDOW_START)}) AS f
+ GROUP BY 1, 2
+ LIMIT 1000
+"""
+
+# Per queue and minute of claim since WINDOW_START: the earliest run_at of the jobs
+# claimed in that minute that had waited (see health/activity.py's docstring): the
+# minute rollup, the live tail of finished jobs and the running ones (running index);
+# never the history. No locks.
+CLAIMED_PER_MINUTE = f"""
+SELECT queue, minute, min(earliest)
+  FROM ({claimed_since(WINDOW_START)}) AS c (queue, minute, earliest)
+ GROUP BY 1, 2
+ LIMIT 20000
+"""
+
+# Pending jobs per queue, for runjobs' hints (read from the partial claim index).
+PENDING_PER_QUEUE = (
+    f"SELECT queue, count(*) FROM {JOB} WHERE status = '{JobStatus.PENDING}' "
+    "GROUP BY queue ORDER BY queue"
+)
+
+# The queues that have a row in the queue table (limits, pauses): they keep their own
+# label in the worker's metrics (health/metrics.py folds the rest into "other"). The
+# table holds what people configured, a few rows; the LIMIT bounds a runaway. No locks.
+QUEUE_NAMES = f"SELECT name FROM {QUEUE} ORDER BY name LIMIT 1000"
+
+# A job's error history on its admin page: how many entries (a row edited by hand may
+# hold something else than an array), and the %s newest.
+ERRORS_TOTAL = (
+    "jsonb_array_length(CASE WHEN jsonb_typeof(errors) = 'array' THEN errors ELSE '[]'::jsonb END)"
+)
+ERRORS_NEWEST = keep_newest("errors", keep="%s")

@@ -1,0 +1,81 @@
+"""The workflow repair pass: finds blocked jobs whose counters disagree with their
+parents, and closed batches that never fired, and puts them right.
+
+By construction it finds nothing: a parent's move releases or cancels its children
+in the same transaction (the trigger of ``db/workflow_trigger.py``), and a crash rolls back
+both. What it is for: rows written with triggers disabled
+(``session_replication_role = replica``, a restore, logical replication), a parent
+deleted by hand, a psql edit. It looks at jobs blocked for a minute or more
+(``REPAIR_MIN_AGE``): a younger workflow is draining, and its recount would make the
+completions wait. Each pass looks at one batch of blocked jobs, in id
+order, resuming where the last pass stopped, so a pass stays short however many
+jobs wait; anything it repairs is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import connections, transaction
+
+from django_pgjobs.conf import get_settings
+from django_pgjobs.db import workflows as workflow_db
+
+logger = logging.getLogger("django_pgjobs")
+
+#: Seconds between passes (there should be nothing to do).
+REPAIR_INTERVAL = 60.0
+
+#: Blocked jobs younger than this (seconds since enqueued) are left to the next
+#: passes: their workflow is likely draining, and a recount holds the job's row
+#: while its parents' completions wait (``db.WF_REPAIR_LOCK``).
+REPAIR_MIN_AGE = 60.0
+
+
+class WorkflowRepair:
+    name = "workflow repair"
+
+    def __init__(
+        self, *, alias: str | None = None, batch: int = 200, min_age: float = REPAIR_MIN_AGE
+    ):
+        self.alias = alias or get_settings().DATABASE
+        self.interval = REPAIR_INTERVAL
+        self.batch = batch
+        self.min_age = min_age
+        self.after = 0  # the last blocked id looked at (the next pass starts past it)
+
+    def run_once(self) -> dict[str, Any]:
+        """Look at one batch of blocked jobs and at closed batches; returns counts."""
+        connection = connections[self.alias]
+        with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+            # the locks first, the recount in the next statement (see WF_REPAIR_LOCK)
+            cursor.execute(
+                workflow_db.WF_REPAIR_LOCK,
+                {"after": self.after, "batch": self.batch, "min_age": self.min_age},
+            )
+            ids = [r[0] for r in cursor.fetchall()]
+            fixed: list[tuple[int, str]] = []
+            if ids:
+                cursor.execute(workflow_db.WF_REPAIR, {"ids": ids})
+                fixed = [(r[0], r[1]) for r in cursor.fetchall() if r[0] is not None]
+        self.after = ids[-1] if len(ids) == self.batch else 0
+        with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+            cursor.execute(workflow_db.BATCH_REPAIR, {"batch": 20})
+            batches = [r[0] for r in cursor.fetchall()]
+            for run_id in batches:
+                cursor.execute(workflow_db.BATCH_FIRE, {"id": run_id})
+        for job_id, status in fixed:
+            logger.warning(
+                "workflow repair: blocked job %s disagreed with its parents; now %s "
+                "(were its rows written with triggers disabled, or edited by hand?)",
+                job_id,
+                status,
+                extra={"job_id": job_id},
+            )
+        for run_id in batches:
+            logger.warning(
+                "workflow repair: batch #%s had every member finished but had not fired; fired",
+                run_id,
+            )
+        return {"looked_at": len(ids), "repaired": len(fixed), "batches": len(batches)}

@@ -1,0 +1,16 @@
+"""What a database error tells the worker's threads to do.
+
+A connection error means the connection (or the server) is in trouble: reconnect,
+back off and repeat the same statement, dropping nothing. Any other database error
+is about the data of some row: find that row rather than repeat.
+"""
+
+from __future__ import annotations
+
+from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
+
+DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+#: The connection (or server) is in trouble: reconnect, back off, repeat.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+#: What a claim statement raises when one row's state breaks a constraint.
+DATA_ERRORS = (IntegrityError, DataError)

@@ -1,0 +1,162 @@
+"""Where claimed jobs run: ``def`` jobs on the job threads (``runners``), ``async def``
+jobs on the worker's event loop (``async_runner``).
+
+For each job: mark it running in the in-flight table, call the executor (a suspect,
+reclaimed from a lost worker, runs alone in a child process: ``isolated``), clean the
+thread's connection (user code may have broken it), free the slot and hand the
+outcome on. The slot is free the moment the handler returns; writing the outcome
+is the completer's business. A run given up on meanwhile (timed out, released)
+hands nothing on: the watchdog or the shutdown already dealt with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import connections
+
+from django_pgjobs import signals
+from django_pgjobs.worker import executor, isolated, outcomes
+from django_pgjobs.worker.async_runner import AsyncRunner
+from django_pgjobs.worker.inflight import RUNNING, TIMED_OUT, InFlight, InFlightTable
+from django_pgjobs.worker.outcomes import Outcome
+from django_pgjobs.worker.runners import JobRunners
+
+logger = logging.getLogger("django_pgjobs")
+
+
+@dataclass(kw_only=True, eq=False)
+class JobRuns:
+    """``submit(entry)`` runs a claimed job on a job thread or the event loop."""
+
+    table: InFlightTable
+    #: receives each outcome (the completer)
+    hand_over: Callable[[InFlight, Outcome], None]
+    #: receives each run's duration in seconds, and whether it was async (the claim size)
+    observe: Callable[[float, bool], None]
+    #: a slot was freed (the claim loop)
+    wake: Callable[[], None]
+    #: a run given up on (timed out) has really ended (the completer: its held slot)
+    run_over: Callable[[InFlight], None]
+    worker_id: str
+    alias: str
+    concurrency: int
+    async_concurrency: int
+    use_async: bool
+    threads: JobRunners[InFlight] = field(init=False)
+    loop: AsyncRunner | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.threads = JobRunners(self.concurrency, self.run_sync, "pgjobs-job")
+        self.loop = AsyncRunner(self.run_async, self.async_concurrency) if self.use_async else None
+
+    @property
+    def has_loop(self) -> bool:
+        return self.loop is not None
+
+    def submit(self, entry: InFlight) -> None:
+        if not entry.is_async:
+            self.threads.submit(entry)
+        elif self.loop is None:
+            raise RuntimeError("an async job was claimed without an async runner")
+        else:
+            self.loop.submit(entry.claimed.id, entry)
+
+    def take_queued(self) -> list[InFlight]:
+        """Jobs waiting for a job thread, taken off its queue (shutdown)."""
+        return self.threads.take_queued()
+
+    def cancel(self, entry: InFlight) -> None:
+        """Stop an async run (its task is cancelled); a sync run only sees its context."""
+        if entry.is_async and self.loop is not None:
+            self.loop.cancel(entry.claimed.id)
+
+    def give_up(self, entry: InFlight) -> None:
+        """The run timed out: cancel its task, or abandon its thread (Python cannot stop
+        one) and start a replacement."""
+        if entry.is_async:
+            self.cancel(entry)
+        elif entry.thread is not None:
+            self.threads.abandon(entry.thread)
+
+    @property
+    def abandoned_alive(self) -> int:
+        """Threads abandoned by timed-out runs that are still running."""
+        return self.threads.abandoned_alive
+
+    def stop(self, *, wait: bool) -> None:
+        """Drop what has not started; ``wait`` for the job threads to end."""
+        self.threads.shutdown(wait=wait, cancel_pending=True)
+        if self.loop is not None:
+            self.loop.stop()
+
+    # ------------------------------------------------------------------ one run
+
+    def _start(self, entry: InFlight) -> bool:
+        if not self.table.start(entry):
+            return False  # released at shutdown before it started
+        if signals.job_started.receivers:
+            signals.send(signals.job_started, **outcomes.signal_args(entry.claimed, self.worker_id))
+        return True
+
+    def run_sync(self, entry: InFlight) -> None:
+        try:
+            if not self._start(entry):
+                return
+            if entry.claimed.suspect:  # reclaimed from a lost worker: it runs alone
+                outcome = isolated.run(entry, worker=self.worker_id, alias=self.alias)
+            else:
+                outcome = executor.execute(
+                    entry.claimed, worker=self.worker_id, alias=self.alias, context=entry.context
+                )
+        except BaseException as exc:  # noqa: BLE001 - execute() should not raise; be safe
+            outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
+        finally:
+            try:
+                # User code may have broken or left open its connection.
+                connections[self.alias].close_if_unusable_or_obsolete()
+            except BaseException:
+                logger.exception("could not clean up the job thread's connection")
+        self._finished(entry, outcome)
+
+    async def run_async(self, entry: InFlight) -> None:
+        if not self._start(entry):
+            return
+        try:
+            outcome = await executor.aexecute(
+                entry.claimed, worker=self.worker_id, alias=self.alias, context=entry.context
+            )
+        except BaseException as exc:  # noqa: BLE001 - cancelled: timeout or shutdown
+            if isinstance(exc, asyncio.CancelledError) and entry.state != RUNNING:
+                # the watchdog or the shutdown already dealt with it
+                self._ended_after_give_up(entry)
+                return
+            outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
+        self._finished(entry, outcome)
+
+    def _ended_after_give_up(self, entry: InFlight) -> None:
+        """A timed-out run has really ended: its limit slot may go back now."""
+        if entry.state == TIMED_OUT:
+            self.run_over(entry)
+
+    def _finished(self, entry: InFlight, outcome: Outcome) -> None:
+        """The handler returned: free its slot now; the completer writes the outcome."""
+        elapsed = time.monotonic() - entry.started
+        if not self.table.finish(entry):
+            if entry.state == TIMED_OUT:
+                logger.warning(
+                    "job %s (%s): the run abandoned after its timeout returned "
+                    "after %.1fs; its outcome is discarded",
+                    entry.claimed.id,
+                    entry.claimed.task,
+                    elapsed,
+                )
+            self._ended_after_give_up(entry)
+            return
+        self.observe(elapsed, entry.is_async)
+        self.hand_over(entry, outcome)
+        self.wake()

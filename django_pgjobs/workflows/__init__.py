@@ -1,0 +1,62 @@
+"""Workflows and batches (release 0.3): jobs that depend on jobs.
+
+``Workflow`` (a graph), Celery's ``chain``, ``group`` and ``chord``, and ``batch``.
+The graph is written in one transaction (``writer``); the database releases each
+blocked job in the transaction that finishes its last parent (``db/workflow_trigger.py``);
+the worker reads a node's parents' results when it runs (``results``).
+
+Submodules are imported on first use of a name, so importing one of them (the
+worker imports ``results``) does not import the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "Batch",
+    "Graph",
+    "Node",
+    "Signature",
+    "Workflow",
+    "WorkflowConflict",
+    "WorkflowRun",
+    "batch",
+    "cancel_workflow",
+    "chain",
+    "chord",
+    "group",
+    "workflow_graph",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from django_pgjobs.workflows.batches import Batch, batch
+    from django_pgjobs.workflows.canvas import Node, Workflow, chain, chord, group
+    from django_pgjobs.workflows.runs import Graph, WorkflowRun, cancel_workflow, workflow_graph
+    from django_pgjobs.workflows.signature import Signature
+    from django_pgjobs.workflows.writer import WorkflowConflict
+
+_HOMES = {
+    "Batch": "batches",
+    "batch": "batches",
+    "Node": "canvas",
+    "Workflow": "canvas",
+    "chain": "canvas",
+    "chord": "canvas",
+    "group": "canvas",
+    "Graph": "runs",
+    "WorkflowRun": "runs",
+    "cancel_workflow": "runs",
+    "workflow_graph": "runs",
+    "Signature": "signature",
+    "WorkflowConflict": "writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'django_pgjobs.workflows' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"django_pgjobs.workflows.{home}"), name)

@@ -1,0 +1,182 @@
+"""``with batch(on_complete=...):``: jobs enqueued inside the block join the batch;
+its callbacks run once every member has finished and the block has closed it.
+
+Entering writes the batch's row (in the caller's transaction, if one is open).
+Every enqueue inside the block (``.enqueue()``, ``enqueue_many``,
+``Job.objects.enqueue``, in this thread or task: a context variable) stores the
+batch's id on the row. Leaving closes it in one transaction: the callbacks are
+written (blocked), the members counted, and, if they have all finished already,
+the callbacks are released at once. Otherwise the member that finishes last
+releases them, in the transaction of its own completion (``db/workflow_trigger.py``).
+
+A block left by an exception still closes the batch (its members are enqueued and
+will run), unless the exception broke the transaction it ran in (then everything,
+batch included, is rolled back anyway).
+"""
+
+from __future__ import annotations
+
+import json
+from contextvars import Token
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+
+from django_pgjobs import tracing
+from django_pgjobs.conf import get_settings
+from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.enqueue import CURRENT_BATCH
+from django_pgjobs.workflows.canvas import Node, Workflow, _check_name
+from django_pgjobs.workflows.signature import Signature
+from django_pgjobs.workflows.writer import insert_nodes, job_rows, node_options
+
+if TYPE_CHECKING:
+    from django_pgjobs.models import Job
+
+#: callback option -> the "when" stored on the batch row
+WHEN = {"on_complete": "complete", "on_success": "success", "on_failure": "failure"}
+
+
+class Batch:
+    """A batch of jobs (see ``batch``). ``id``: the batch's run id (``Job.workflow_id``
+    of its members); after the block, ``members`` (how many jobs joined) and
+    ``callbacks`` (their ``Job`` rows, as written: blocked until the batch fires)."""
+
+    def __init__(self, name: str, callbacks: dict[str, Signature], using: str | None):
+        self.name = name
+        self.using = using
+        self._callbacks = callbacks
+        self.id: int | None = None
+        self.members: int | None = None
+        self.callbacks: list[Job] = []
+        self._ids: list[int] = []
+        self._token: Token[int | None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<batch {self.name!r} #{self.id}>"
+
+    @property
+    def _alias(self) -> str:
+        return self.using or get_settings().DATABASE
+
+    def __enter__(self) -> Batch:
+        if self.id is not None:
+            raise RuntimeError(f"{self!r} was used already; make a new batch(...)")
+        with connections[self._alias].cursor() as cursor:
+            cursor.execute(
+                workflow_db.WF_CREATE,
+                {"name": self.name, "kind": "batch", "n": len(self._callbacks)},
+            )
+            self.id, self._ids = cursor.fetchone()
+        self._token = CURRENT_BATCH.set(self.id)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            CURRENT_BATCH.reset(self._token)
+            self._token = None
+        if exc_type is not None and connections[self._alias].needs_rollback:
+            return  # the transaction is broken: it rolls back, batch and members alike
+        self.close()
+
+    def close(self) -> None:
+        """Close the batch (leaving the block does it). Safe to call again after an
+        error: a close whose COMMIT landed (its reply lost) is recognised and not
+        repeated; one that did not is done now."""
+        if self.id is None:
+            raise RuntimeError(f"{self!r} was never entered")
+        if self.members is not None:
+            return
+        holder = Workflow(self.name)
+        holder.kind = "batch"
+        nodes = [
+            Node(holder, i, sig, (), option, "cancel", "none")
+            for i, (option, sig) in enumerate(self._callbacks.items())
+        ]
+        opts = [node_options(node.signature) for node in nodes]
+        columns = [
+            {
+                "status": "blocked",
+                "workflow_id": self.id,
+                "node": node.name,
+                "waiting": 1,  # the batch itself
+                "failed_parents": None,
+            }
+            for node in nodes
+        ]
+        stored = [
+            {"id": self._ids[i], "when": WHEN[option], "pass": not sig.immutable}
+            for i, (option, sig) in enumerate(self._callbacks.items())
+        ]
+        alias = self._alias
+        with (
+            tracing.publish(f"batch {self.name}", "", len(nodes)) as publish,
+            transaction.atomic(using=alias),
+            connections[alias].cursor() as cursor,
+        ):
+            carrier = publish.carrier if publish is not None else None
+            cursor.execute(workflow_db.BATCH_STATE, {"id": self.id})
+            state = cursor.fetchone()
+            if state is None:
+                raise RuntimeError(f"{self!r}: its row is gone (rolled back?)")
+            if state[0]:  # an earlier close committed: nothing left to do
+                self.members = state[1]
+                return
+            rows: list[Any] = []
+            if nodes:
+                rows = insert_nodes(
+                    cursor,
+                    self.id,
+                    self._ids,
+                    nodes,
+                    opts,
+                    carrier,
+                    where=f"batch {self.name!r}",
+                    columns=columns,
+                )
+            cursor.execute(
+                workflow_db.BATCH_CLOSE, {"id": self.id, "callbacks": json.dumps(stored)}
+            )
+            closed = cursor.fetchone()
+            if closed is None:
+                raise RuntimeError(f"{self!r}: closed by someone else meanwhile")
+            members, due = closed
+            if due:
+                cursor.execute(workflow_db.BATCH_FIRE, {"id": self.id})
+        self.members = members
+        self.callbacks = job_rows(alias, nodes, opts, rows, columns, carrier)
+
+
+def batch(
+    *,
+    on_complete: Signature | None = None,
+    on_success: Signature | None = None,
+    on_failure: Signature | None = None,
+    name: str = "batch",
+    using: str | None = None,
+) -> Batch:
+    """A context manager: jobs enqueued inside the block join the batch. Once the
+    block has ended and every member has finished, ``on_complete`` runs, and
+    ``on_success`` (no member dead or cancelled) or ``on_failure`` (some were). A
+    callback made with ``.s()`` gets ``{"completed": n, "dead": n, "cancelled": n}``
+    as its first argument; each fires exactly once."""
+    _check_name(name, "batch(name)")
+    callbacks: dict[str, Signature] = {}
+    for option, sig in (
+        ("on_complete", on_complete),
+        ("on_success", on_success),
+        ("on_failure", on_failure),
+    ):
+        if sig is None:
+            continue
+        if not isinstance(sig, Signature):
+            raise TypeError(f"batch({option}=...) must be a signature, my_job.s(...); got {sig!r}")
+        sig.check_call("none" if sig.immutable else "first", f"batch({option}={sig!r})")
+        callbacks[option] = sig
+    return Batch(name, callbacks, using)

@@ -1,0 +1,503 @@
+"""The statement x fault matrix's rows: each a statement as one caller issues it,
+the invariants checked after every cell, the timings the cells share, and the
+statements of ``db/`` that no Django connection runs (``NOT_RUNTIME``). The cells
+themselves: ``matrix.py`` (``Scenario``) and ``matrix_cells.py`` (one runner a kind)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STEP = "tests.testapp.jobs.fault_step"
+ATOMIC = "tests.testapp.jobs.fault_atomic"
+UNKNOWN = "tests.faults.not_in_this_release"
+KEYED = "tests.flow_keyed_jobs.per_user"
+CRASHER = "tests.testapp.jobs.exits_nine"
+#: Workers that know a keyed task take the limited claim, which counts held slots.
+KEYED_ENV = (("PGJOBS_TEST_KEYED", "1"),)
+#: The concurrency key (limit 1) of the held-slot cells' jobs.
+HELD_KEY = "held:1"
+FINAL = ("completed", "dead", "cancelled")
+#: A fresh job must complete within this after a scenario (the queue is not wedged).
+FRESH_DEADLINE = 10.0
+SETTLE_DEADLINE = 12.0
+#: The suspect-crash cells' workload holds two runs in a child process of their own,
+#: each a Python start-up, and a reclaim after STALE_AFTER: at a loaded CI box's speed
+#: (a third of a quiet one) it once took longer than SETTLE_DEADLINE.
+SUSPECT_SETTLE_DEADLINE = 30.0
+
+INVARIANTS = (
+    ("fired", "the fault was injected"),
+    ("not_lost", "no committed job lost"),
+    ("once", "none completed twice"),
+    ("bounded", "no job pending with attempts above its bound"),
+    ("not_wedged", "no queue wedged (a fresh job completes)"),
+    ("no_false_fence", "no false job_fenced"),
+    ("one_success_signal", "every completed job got exactly one success signal"),
+    (
+        "all_or_nothing",
+        "enqueue_many and pause/resume: every row written or none, and the caller got an"
+        " error (the rows are there, once, only when the COMMIT landed)",
+    ),
+    (
+        "released",
+        "workflows: a node is released (or cancelled) once its parents have finished, and"
+        " a callback runs exactly once",
+    ),
+    (
+        "honoured",
+        "pause/resume: workers honour the committed state (a job of a paused queue waits,"
+        " of a resumed one runs)",
+    ),
+    (
+        "listener",
+        "LISTEN connection: the worker claims while it fails, and a NOTIFY wakes the worker"
+        " again once it recovered",
+    ),
+    (
+        "limit",
+        "a concurrency key of limit 1 never has two runs at once, read from the runs' own"
+        " start/end effects (threads abandoned after a timeout or a cancel included)",
+    ),
+    (
+        "slots_back",
+        "every held limit slot is given back while the workers still run, once its run"
+        " ended or its worker is gone (no key is blocked for good)",
+    ),
+    (
+        "kept_alive",
+        "heartbeat process: a job holding the GIL past STALE_AFTER, during which the"
+        " process's statement failed, runs once on its first claim and completes (a"
+        " second worker's reaper watching)",
+    ),
+)
+#: The queues a pause/resume cell changes in one call (a half-written call would
+#: leave them different).
+PAUSED = ("default", "other")
+#: The listener cells' poll interval: long enough that a job completing within
+#: NOTIFY_DEADLINE of its NOTIFY was woken by it, not by the poll.
+LISTENER_POLL = 4.0
+NOTIFY_DEADLINE = 1.5
+#: The heartbeat process's cells: STALE_AFTER of 6 heartbeat intervals, the ratio of
+#: the defaults (5 s, 30 s). The process's first beat comes 1.5 intervals into the
+#: thread's silence, so the suite's 4 intervals leave a failed beat and its reconnect
+#: about a second, too little on a box at load 20 (docs/explanation/guarantees.md,
+#: "What does not hold").
+PULSE_STALE_AFTER = 3.0
+#: ... and one C call keeps the GIL this long.
+GIL_HOLD = PULSE_STALE_AFTER + 1.5
+#: A pause or resume reaches the workers at once by NOTIFY, else within POLL_INTERVAL.
+PROPAGATION = 1.0
+HONOUR_WINDOW = 1.5
+
+
+@dataclass(frozen=True)
+class Row:
+    """One statement as one caller issues it."""
+
+    label: str
+    # "db.NAME" (a statement of django_pgjobs/db/), "copy:job", "listener:...", "orm:VERB table*" (a
+    # pattern: every shape of that verb on that table) or "*read" (every read)
+    statement: str
+    # worker | shutdown | cron | driver | timeout | exhausted | queue | listener |
+    # held_timeout | held_cancel | pulse
+    kind: str
+    skip: int = 0  # matching calls let through before the fault
+    args: tuple[str, ...] = ()
+    action: str = ""  # driver action
+    times: int = 1
+    django6: bool = False  # the Tasks backend: Django >= 6.0 only
+    linger: float = 0.0  # ambiguous: seconds between the commit and the error
+    # flow workload: unknown | unknown_dead | max_running | rate | keyed | keyed_ghost
+    # | suspect_crash
+    setup: str = ""
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
+    # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
+    # of the connection dropping before the COMMIT)
+    at_commit: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.label.replace(" ", "-").replace(":", "").replace("(", "").replace(")", "")
+
+
+ROWS: tuple[Row, ...] = (
+    # A worker of every queue reads the queues with pending jobs, then claims from
+    # them by name (JOB_CLAIM_ONE_QUEUE here: the workload has one queue).
+    Row("worker: find the queues with pending jobs", "db.PENDING_QUEUES", "worker"),
+    Row("worker: claim, every queue", "db.JOB_CLAIM_ONE_QUEUE", "worker"),
+    Row(
+        "worker: claim, one queue",
+        "db.JOB_CLAIM_ONE_QUEUE",
+        "worker",
+        args=("--queues", "default"),
+    ),
+    Row(
+        "worker: claim, several queues",
+        "db.JOB_CLAIM_QUEUES",
+        "worker",
+        args=("--queues", "default,other"),
+    ),
+    Row(
+        "worker: complete (atomic job, in its transaction)",
+        "db.JOB_COMPLETE_MANY_REDO",
+        "worker",
+    ),
+    # The completer's first try; after a fault it redoes the batch with the _REDO form.
+    Row("worker: complete (completer)", "db.JOB_COMPLETE_MANY", "worker", skip=1),
+    Row("worker: stored result of a key", "db.RESULT_BY_KEY", "worker"),
+    # The reply is lost for 1.5 s: long enough for the retried job to be claimed again
+    # before the completer redoes its write (a longer outage does the same).
+    Row("worker: retry (reply lost for 1.5 s)", "db.JOB_RETRY", "worker", linger=1.5),
+    Row("worker: dead-letter", "db.JOB_DEAD", "worker"),
+    # Flow control (flow.py): after a job of a task it does not know (deploy skew) a
+    # worker claims with the known-task filter; a queue row with a limit, or a loaded
+    # task with a concurrency key, makes it take FLOW_LOCK and the limited claim.
+    Row(
+        "worker: claim known tasks, every queue",
+        "db.JOB_CLAIM_ONE_QUEUE_KNOWN",  # by name, from db.PENDING_QUEUES
+        "worker",
+        setup="unknown",
+    ),
+    Row(
+        "worker: claim known tasks, one queue",
+        "db.JOB_CLAIM_ONE_QUEUE_KNOWN",
+        "worker",
+        args=("--queues", "default"),
+        setup="unknown",
+    ),
+    Row(
+        "worker: claim known tasks, several queues",
+        "db.JOB_CLAIM_QUEUES_KNOWN",
+        "worker",
+        args=("--queues", "default,other"),
+        setup="unknown",
+    ),
+    Row(
+        "worker: limited claim, every queue (max_running)",
+        "db.JOB_CLAIM_LIMITED_ALL",
+        "worker",
+        setup="max_running",
+    ),
+    Row(
+        "worker: limited claim, every queue (keyed job)",
+        "db.JOB_CLAIM_LIMITED_ALL",
+        "worker",
+        setup="keyed",
+        env=(("PGJOBS_TEST_KEYED", "1"),),
+    ),
+    Row(
+        "worker: limited claim, listed queues (rate)",
+        "db.JOB_CLAIM_LIMITED_QUEUES",
+        "worker",
+        args=("--queues", "default,other"),
+        setup="rate",
+    ),
+    Row("worker: limited claim's advisory lock", "db.FLOW_LOCK", "worker", setup="max_running"),
+    Row("worker: read the queue limits", "db.QUEUE_LIMITS", "worker", setup="max_running"),
+    Row("worker: heartbeat", "db.JOB_HEARTBEAT", "worker"),
+    # runjobs' start-up check (db/readiness.py): a failure is "cannot reach the
+    # database", not fatal, so the worker starts and its loop retries.
+    Row("worker: check the tables exist at start", "db.TABLE_EXISTS", "worker"),
+    Row("worker: register", "db.WORKER_UPSERT", "worker"),
+    Row("worker: worker row refresh", "db.WORKER_UPSERT", "worker", skip=1),
+    Row("worker: unregister at exit", "db.WORKER_DELETE", "worker"),
+    Row("worker: release at shutdown", "db.JOB_RELEASE", "shutdown"),
+    Row("worker: give up a timed-out run", "db.JOB_TIMED_OUT", "timeout"),
+    # Limits count what really runs (db/held_slots.py): a keyed run given up on holds
+    # its slot (in the same statement) until its thread ends; the worker gives it back.
+    Row(
+        "worker: give up a timed-out keyed run (its slot held)",
+        "db.JOB_TIMED_OUT",
+        "held_timeout",
+        env=KEYED_ENV,
+    ),
+    Row(
+        "worker: give back the slot of a run that ended",
+        "db.HELD_SLOT_FREE",
+        "held_timeout",
+        env=KEYED_ENV,
+    ),
+    Row("worker: dead-letter rows with no attempts left", "db.JOB_DEAD_EXHAUSTED", "exhausted"),
+    Row("unknown-task sweeper: record known tasks", "db.KNOWN_TASKS_TOUCH", "worker"),
+    Row(
+        "unknown-task sweeper: dead-letter (timeout 1 s)",
+        "db.JOB_DEAD_UNKNOWN",
+        "worker",
+        setup="unknown_dead",
+        env=(("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "1"),),
+    ),
+    # Workflows (release 0.3): a chord of two STEP members and an ATOMIC callback in
+    # the worker's workload (setup="workflow"); the release rides on the completion
+    # of the last member (the trigger of db/workflow_trigger.py), so failing that completion
+    # fails or loses the release with it, never one without the other.
+    Row(
+        "worker: complete a chord's last member (releases its callback)",
+        "db.JOB_COMPLETE_MANY",
+        "worker",
+        skip=1,
+        setup="workflow",
+    ),
+    Row("worker: a node's parents' results", "db.PARENT_RESULTS", "worker", setup="workflow"),
+    Row("repair pass: lock blocked jobs", "db.WF_REPAIR_LOCK", "worker", setup="workflow"),
+    Row("repair pass: recount their parents", "db.WF_REPAIR", "worker", setup="workflow"),
+    Row("repair pass: closed batches", "db.BATCH_REPAIR", "worker"),
+    Row("reaper: reclaim stale", "db.JOB_REAP_STALE", "worker"),
+    # The ghost's keyed run keeps its slot, given back STALE_AFTER later (its worker
+    # is gone) by the same statement of a later pass.
+    Row(
+        "reaper: reclaim a stale keyed run (its slot held)",
+        "db.JOB_REAP_STALE",
+        "worker",
+        setup="keyed_ghost",
+        env=KEYED_ENV,
+    ),
+    Row("reaper: forget stale workers", "db.WORKER_FORGET_STALE", "worker"),
+    # A suspect (reclaimed from a lost worker) runs alone in a child process and kills
+    # it: the worker charges the run (JOB_RETRY keeps it a suspect), then dead-letters
+    # it at its second crash; the worker and the rest of the workload carry on.
+    Row(
+        "worker: charge a suspect's crash (it stays a suspect)",
+        "db.JOB_RETRY",
+        "worker",
+        setup="suspect_crash",
+    ),
+    Row("pruner: delete a batch", "db.JOB_PRUNE_BATCH", "worker"),
+    # The minute rollup (db/rollup.py): every worker's maintenance loop, one pass at a
+    # time under the mark row's lock; the tables are emptied per cell, so the first pass
+    # writes the mark row too.
+    Row("rollup: lock the mark", "db.ROLLUP_LOCK", "worker"),
+    Row("rollup: write the mark row", "db.ROLLUP_MARK_INSERT", "worker"),
+    Row("rollup: count finishes into minutes", "db.ROLLUP_MINUTES", "worker"),
+    Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
+    Row("enqueue (retried once by the caller)", "db.JOB_INSERT", "driver", action="enqueue"),
+    Row(
+        "enqueue with a delay (retried once)",
+        "db.JOB_INSERT_DELAYED",
+        "driver",
+        action="enqueue_delayed",
+    ),
+    Row(
+        "enqueue unique_while (retried once)",
+        "db.JOB_INSERT_FLOW",
+        "driver",
+        action="enqueue_unique",
+    ),
+    Row(
+        "enqueue unique_while with a delay (retried once)",
+        "db.JOB_INSERT_FLOW_DELAYED",
+        "driver",
+        action="enqueue_unique_delayed",
+    ),
+    Row("enqueue: existing key", "db.JOB_BY_KEY", "driver", action="enqueue_twice"),
+    Row("enqueue_many: notify after COPY", "db.JOB_NOTIFY", "driver", action="enqueue_many"),
+    # The COPY runs through the connection's execute_wrappers (enqueue._copy_rows).
+    Row(
+        "enqueue_many: COPY (reply to COMMIT lost)",
+        "copy:job",
+        "driver",
+        action="enqueue_many",
+        at_commit=True,
+    ),
+    Row(
+        "enqueue_many: 2nd of 3 COPY batches (reply to COMMIT lost)",
+        "copy:job",
+        "driver",
+        action="enqueue_many_batches",
+        skip=1,
+        at_commit=True,
+    ),
+    # pause_queue / resume_queue of two queues in one call (flow.py; the management
+    # commands and the queue admin's actions call these): ORM rows name a pattern.
+    Row(
+        "pause_queue: lock a queue row (SELECT FOR UPDATE)",
+        "orm:SELECT queue*",
+        "queue",
+        action="pause",
+        setup="rows",
+        at_commit=True,
+    ),
+    Row(
+        "pause_queue: create the 2nd queue row",
+        "orm:INSERT queue*",
+        "queue",
+        action="pause",
+        skip=1,
+        at_commit=True,
+    ),
+    Row(
+        "pause_queue: update the 2nd queue row",
+        "orm:UPDATE queue*",
+        "queue",
+        action="pause",
+        setup="rows",
+        skip=1,
+        at_commit=True,
+    ),
+    Row(
+        "pause_queue: queue-change notify",
+        "db.JOB_NOTIFY",
+        "queue",
+        action="pause",
+        setup="rows",
+        at_commit=True,
+    ),
+    Row(
+        "resume_queue: update a queue row",
+        "orm:UPDATE queue*",
+        "queue",
+        action="resume",
+        at_commit=True,
+    ),
+    Row(
+        "resume_queue: wake the 2nd queue's workers",
+        "db.JOB_NOTIFY",
+        "queue",
+        action="resume",
+        skip=2,
+        at_commit=True,
+    ),
+    # The worker's LISTEN connection (worker/listener.py), failing over and over for a
+    # while (until the cell heals it).
+    Row("listener: LISTEN", "listener:LISTEN", "listener"),
+    Row("listener: wait for notifications", "listener:wait", "listener"),
+    Row("listener: keep-alive", "listener:keep-alive", "listener"),
+    # The worker's heartbeat process (django_pgjobs/pulse.py): its own psycopg
+    # connection, faulted through tests/faults/pulse_faults.py. It beats only while the
+    # worker's thread is late: here a job holds the GIL past STALE_AFTER.
+    Row("heartbeat process: heartbeat of in-flight jobs", "pulse:JOB_HEARTBEAT_PULSE", "pulse"),
+    Row("heartbeat process: worker row refresh", "pulse:WORKER_UPSERT", "pulse"),
+    # Fails resume_queue's first notify (pause_queue's is let through): a queue left
+    # paused would leave the fresh job pending.
+    Row(
+        "resume_queue (retried once): queue-change notify",
+        "db.JOB_NOTIFY",
+        "driver",
+        action="pause_resume",
+        skip=1,
+    ),
+    Row("admin: cancel", "db.JOB_CANCEL", "driver", action="cancel_selected"),
+    Row("admin: retry", "db.JOB_RETRY_NOW", "driver", action="retry_selected"),
+    Row(
+        "admin: retry's lock on unique keys",
+        "db.RETRY_KEY_LOCK",
+        "driver",
+        action="retry_selected",
+        at_commit=True,
+    ),
+    Row("admin: cancel, every read", "*read", "driver", action="cancel_selected", times=0),
+    Row("admin: retry, every read", "*read", "driver", action="retry_selected", times=0),
+    Row("cancel_jobs: cancel", "db.JOB_CANCEL", "driver", action="cancel_command"),
+    Row(
+        "cancel_jobs: cancel a running keyed job (its slot held)",
+        "db.JOB_CANCEL",
+        "held_cancel",
+        action="cancel_command",
+        env=KEYED_ENV,
+    ),
+    Row("cancel_jobs: every read", "*read", "driver", action="cancel_command", times=0),
+    Row("retry_jobs: retry", "db.JOB_RETRY_NOW", "driver", action="retry_command"),
+    Row("retry_jobs: every read", "*read", "driver", action="retry_command", times=0),
+    Row(
+        "enqueue a workflow: its row and ids (retried once)",
+        "db.WF_CREATE",
+        "driver",
+        action="enqueue_workflow",
+    ),
+    Row(
+        "enqueue a workflow: nodes and edges (retried once)",
+        "db.WF_INSERT_NODES",
+        "driver",
+        action="enqueue_workflow",
+    ),
+    Row("batch: open (one attempt)", "db.WF_CREATE", "driver", action="batch"),
+    Row(
+        "batch: write the callbacks (closed again once)",
+        "db.WF_INSERT_NODES",
+        "driver",
+        action="batch",
+        at_commit=True,
+    ),
+    Row(
+        "batch: close (closed again once)",
+        "db.BATCH_CLOSE",
+        "driver",
+        action="batch",
+        at_commit=True,
+    ),
+    Row(
+        "batch: its state, at close (closed again once)",
+        "db.BATCH_STATE",
+        "driver",
+        action="batch",
+        at_commit=True,
+    ),
+    Row(
+        "batch: fire an empty batch at close (closed again once)",
+        "db.BATCH_FIRE",
+        "driver",
+        action="batch_empty",
+        at_commit=True,
+    ),
+    Row(
+        "cancel a workflow: its jobs (retried once)",
+        "db.WF_CANCEL",
+        "driver",
+        action="cancel_workflow",
+        at_commit=True,
+    ),
+    Row(
+        "cancel a workflow: mark it (retried once)",
+        "db.WF_MARK_CANCELLED",
+        "driver",
+        action="cancel_workflow",
+        at_commit=True,
+    ),
+    Row(
+        "workflow admin: retry failed nodes",
+        "db.JOB_RETRY_NOW",
+        "driver",
+        action="retry_failed_workflow",
+    ),
+    Row(
+        "workflow admin: retry failed nodes, every read",
+        "*read",
+        "driver",
+        action="retry_failed_workflow",
+        times=0,
+    ),
+    Row("run_jobs: claim", "db.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
+    Row("run_jobs: complete", "db.JOB_COMPLETE_MANY_REDO", "driver", action="run_jobs"),
+    Row("run_jobs: retry", "db.JOB_RETRY", "driver", action="run_jobs"),
+    Row("run_jobs: dead-letter", "db.JOB_DEAD", "driver", action="run_jobs"),
+    Row("run_jobs: every read", "*read", "driver", action="run_jobs", times=0),
+    Row(
+        "Tasks backend: enqueue (retried once)",
+        "db.JOB_INSERT",
+        "driver",
+        action="tasks_enqueue",
+        django6=True,
+    ),
+    Row(
+        "Tasks backend: get_result, every read",
+        "*read",
+        "driver",
+        action="tasks_get_result",
+        times=0,
+        django6=True,
+    ),
+    Row("admin pages: every read", "*read", "driver", action="admin_pages", times=0),
+    Row("jobs_status: every read", "*read", "driver", action="jobs_status", times=0),
+    Row("prune --dry-run: every read", "*read", "driver", action="prune_dry_run", times=0),
+)
+
+#: Statements of db/ no Django connection issues (DDL of migrations, unused, or run by
+#: the heartbeat process only, whose rows name them pulse:...).
+NOT_RUNTIME = {
+    "db.JOB_CLAIM_ALL": "claims.claim(queues=None) without a task filter; a worker of every"
+    " queue claims by name from db.PENDING_QUEUES instead (flow.FlowState)",
+    "db.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
+    "db.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
+    "db.JOB_HEARTBEAT_PULSE": "run by the heartbeat process alone (pulse.py: psycopg without"
+    " Django), only while its worker is late; faulted there as pulse:JOB_HEARTBEAT_PULSE (rows"
+    " 'heartbeat process: ...', tests/faults/pulse_faults.py)",
+}

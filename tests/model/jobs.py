@@ -1,0 +1,138 @@
+"""What the model's workers run (PGJOBS["JOB_MODULES"], loaded by workers started
+with PGJOBS_TEST_MODEL=1 and by the test process). Every job records its runs
+(``records``); none fails by its own code except the kinds at the end, which
+misbehave on purpose (a crash, a long C call holding the GIL, a stopped loop: issue
+#22 rows C, C' and D, known broken until their fixes were merged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import time
+
+from django_pgjobs import JobContext, job
+from tests.model import records
+
+PLAIN, KEYED, CAPPED, ASYNC = "model", "model-keyed", "model-capped", "model-async"
+#: max_running of the capped queue (its Queue row is made by each scenario)
+CAP = 2
+#: the default max_attempts; the few SIGKILLs and freezes of one scenario
+#: (plan.MAX_LOSSES) never use it up
+ATTEMPTS = 5
+
+
+def _run(context: JobContext, kind: str, key: str | None, seconds: float) -> None:
+    run = records.start(context, kind, key)
+    time.sleep(seconds)  # ignores cancellation, like a long C call that releases the GIL
+    records.end(run, True)
+
+
+@job(queue=PLAIN, takes_context=True, max_attempts=ATTEMPTS)
+def plain(context: JobContext, tag: int, seconds: float) -> int:
+    _run(context, "plain", None, seconds)
+    return tag
+
+
+@job(
+    queue=KEYED,
+    takes_context=True,
+    concurrency_key="model:{key}",
+    concurrency_limit=1,
+    max_attempts=ATTEMPTS,
+)
+def keyed(context: JobContext, tag: int, seconds: float, key: str) -> int:
+    _run(context, "keyed", f"model:{key}", seconds)
+    return tag
+
+
+@job(queue=CAPPED, takes_context=True, max_attempts=ATTEMPTS)
+def capped(context: JobContext, tag: int, seconds: float) -> int:
+    _run(context, "capped", "capped", seconds)
+    return tag
+
+
+@job(queue=PLAIN, takes_context=True, unique_while="active", max_attempts=ATTEMPTS)
+def unique(context: JobContext, tag: int, seconds: float) -> int:
+    _run(context, "unique", None, seconds)
+    return tag
+
+
+async def _arun(context: JobContext, kind: str, key: str | None, block: float, wait: float) -> None:
+    # The start is written in a thread that a cancel does not stop: a timeout that
+    # cancelled the task while it was written (over 1 s at CI's load) left a run
+    # started and never ended (seed 1294). So it is awaited shielded, in the try.
+    starting = asyncio.ensure_future(asyncio.to_thread(records.start, context, kind, key))
+    finished = False
+    try:
+        await asyncio.shield(starting)
+        time.sleep(block)  # blocks the event loop (a misbehaving but legal job)
+        await asyncio.sleep(wait)
+        finished = True
+    finally:
+        # Cancelled (a timeout, a cancel): the run ends here, with the task.
+        run = await asyncio.shield(starting)
+        await asyncio.shield(asyncio.to_thread(records.end, run, finished))
+
+
+@job(queue=ASYNC, takes_context=True, max_attempts=ATTEMPTS)
+async def aplain(context: JobContext, tag: int, seconds: float) -> int:
+    await _arun(context, "aplain", None, 0.0, seconds)
+    return tag
+
+
+@job(queue=CAPPED, takes_context=True, max_attempts=ATTEMPTS)
+async def acapped(context: JobContext, tag: int, seconds: float) -> int:
+    await _arun(context, "acapped", "capped", 0.0, seconds)
+    return tag
+
+
+@job(queue=ASYNC, takes_context=True, max_attempts=ATTEMPTS)
+async def ablock(context: JobContext, tag: int, seconds: float) -> int:
+    """Blocks the loop for ``seconds`` with a plain sleep before returning."""
+    await _arun(context, "ablock", None, seconds, 0.0)
+    return tag
+
+
+# -- the misbehaving kinds (plan.BROKEN_KIND: out of the mix while in KNOWN_BROKEN) ------
+
+
+@job(queue=PLAIN, takes_context=True, max_attempts=ATTEMPTS)
+def crash(context: JobContext, tag: int) -> int:
+    """Kills its own process (os._exit): it is charged for it, its neighbours are not."""
+    records.start(context, "crash", None)
+    time.sleep(0.3)  # let neighbours be mid-run
+    os._exit(1)
+
+
+def _catastrophic(length: int) -> None:
+    re.match(r"(a+)+$", "a" * length + "b")  # exponential backtracking, all in C
+
+
+def _length_for(seconds: float) -> int:
+    """The input length that keeps the regex engine busy about ``seconds`` here."""
+    start = time.perf_counter()
+    _catastrophic(18)
+    took = max(time.perf_counter() - start, 1e-4)
+    return 18 + max(0, math.ceil(math.log(seconds / took, 1.9)))
+
+
+@job(queue=PLAIN, takes_context=True, max_attempts=ATTEMPTS)
+def gil(context: JobContext, tag: int, seconds: float) -> int:
+    """One long C call that never releases the GIL (longer than STALE_AFTER)."""
+    run = records.start(context, "gil", None)
+    _catastrophic(_length_for(seconds))
+    records.end(run, True)
+    return tag
+
+
+@job(queue=ASYNC, takes_context=True, max_attempts=ATTEMPTS)
+async def aloop(context: JobContext, tag: int) -> int:
+    """Stops the event loop it runs on, then goes on as if nothing happened."""
+    run = await asyncio.to_thread(records.start, context, "aloop", None)
+    asyncio.get_running_loop().stop()
+    await asyncio.sleep(0.1)
+    await asyncio.to_thread(records.end, run, True)
+    return tag
