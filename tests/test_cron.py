@@ -22,6 +22,7 @@ from django_pgjobs.maintenance.cron import CronTicker, Schedule, ScheduleError, 
 from django_pgjobs.maintenance.services import default_services
 from django_pgjobs.models import Job
 from tests.conftest import dsn
+from tests.freeze import frozen_after, in_thread
 
 ADD = "tests.testapp.jobs.add"
 T0 = datetime(2024, 5, 1, 10, 30, 0, tzinfo=UTC)
@@ -239,37 +240,16 @@ def test_a_ticker_frozen_after_its_insert_holds_no_other_ticker(monkeypatch: Any
     see the job (existing) at once. Inside a BEGIN ... COMMIT the frozen insert held the
     key uncommitted and the others' ON CONFLICT waited on it, their maintenance thread
     (and reaper) with it."""
-    frozen, release = threading.Event(), threading.Event()
-    freezer: list[threading.Thread] = []
-    real = cron_module.job_insert
-
-    def job_insert(cursor: Any, params: dict[str, Any], **kwargs: Any) -> Any:
-        row = real(cursor, params, **kwargs)
-        if threading.current_thread() in freezer:
-            frozen.set()
-            release.wait(120)
-        return row
 
     def replica(results: list[dict[str, Any]]) -> None:
-        try:
-            results.append(CronTicker(schedules=[hourly()], catchup_window=3600).run_once(now=T0))
-        finally:
-            connections["default"].close()
+        results.append(CronTicker(schedules=[hourly()], catchup_window=3600).run_once(now=T0))
 
-    monkeypatch.setattr(cron_module, "job_insert", job_insert)
     first: list[dict[str, Any]] = []
     other: list[dict[str, Any]] = []
-    freezer.append(threading.Thread(target=replica, args=(first,), daemon=True))
-    freezer[0].start()
-    try:
-        assert frozen.wait(30), "the ticker to freeze did not insert"
-        thread = threading.Thread(target=replica, args=(other,), daemon=True)
-        thread.start()
+    with frozen_after(monkeypatch, cron_module, "job_insert", lambda: replica(first)):
+        thread = in_thread(lambda: replica(other))
         thread.join(timeout=10)
         done = not thread.is_alive()
-    finally:
-        release.set()
-        freezer[0].join(30)
     thread.join(timeout=30)
     assert done, "a ticker waited for the frozen ticker's transaction"
     assert other == [{"due": 1, "inserted": 0, "existing": 1, "failed": 0}]

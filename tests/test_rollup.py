@@ -29,6 +29,7 @@ from django_pgjobs.db.tables import JOB, MINUTE, ROLLUP_MARK
 from django_pgjobs.maintenance import rollup as rollup_module
 from django_pgjobs.maintenance.rollup import RETENTION, Rollup
 from django_pgjobs.states import JobStatus
+from tests.freeze import frozen_after, in_thread
 from tests.test_admin_support import OVERVIEW
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -292,32 +293,8 @@ def _pass_frozen_before_commit(monkeypatch: Any, *, first_pass: bool) -> Iterato
     if not first_pass:
         Rollup().run_once()
     assert _rows(f"SELECT count(*) FROM {ROLLUP_MARK}")[0][0] == (0 if first_pass else 1)
-    frozen, release = threading.Event(), threading.Event()
-    real = rollup_module.rollup_minutes
-    freezer: list[threading.Thread] = []
-
-    def rollup_minutes(connection: Any, **kwargs: Any) -> int:
-        n = real(connection, **kwargs)
-        if threading.current_thread() in freezer:  # the freezing pass, not the others
-            frozen.set()
-            release.wait(120)
-        return n
-
-    def frozen_pass() -> None:
-        try:
-            Rollup().run_once()
-        finally:
-            connections["default"].close()
-
-    monkeypatch.setattr(rollup_module, "rollup_minutes", rollup_minutes)
-    freezer.append(threading.Thread(target=frozen_pass, daemon=True))
-    freezer[0].start()
-    try:
-        assert frozen.wait(30), "the pass to freeze did not reach its last statement"
+    with frozen_after(monkeypatch, rollup_module, "rollup_minutes", Rollup().run_once):
         yield
-    finally:
-        release.set()
-        freezer[0].join(30)
 
 
 @pytest.mark.parametrize("first_pass", [True, False], ids=["first-pass", "later-pass"])
@@ -329,15 +306,7 @@ def test_a_pass_frozen_before_its_commit_holds_no_other_pass(
     the row's updater; in a first pass, the new row's key was held uncommitted."""
     result: list[dict[str, Any]] = []
     with _pass_frozen_before_commit(monkeypatch, first_pass=first_pass):
-
-        def other_pass() -> None:
-            try:
-                result.append(Rollup().run_once())
-            finally:
-                connections["default"].close()
-
-        thread = threading.Thread(target=other_pass, daemon=True)
-        thread.start()
+        thread = in_thread(lambda: result.append(Rollup().run_once()))
         thread.join(timeout=10)
         done = not thread.is_alive()
     thread.join(timeout=30)  # the frozen worker went on (and a waiting pass ended)
