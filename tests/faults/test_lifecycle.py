@@ -42,7 +42,12 @@ def test_long_jobs_with_heartbeats_are_never_reclaimed(db, workers: Workers) -> 
 def test_graceful_shutdown_finishes_short_jobs_and_releases_long_ones(
     db, workers: Workers, workdir: Path
 ) -> None:
-    short = [enqueue(db, STEP, kwargs={"hold": 1.0}, priority=10) for _ in range(3)]
+    # The short jobs run until the signal has been sent (a file the test creates), so
+    # no slot frees before it: with a fixed hold, a loaded box (CI) reached the signal
+    # after a short job had ended and a later job had been claimed into its slot.
+    finish = workdir / "short-jobs-finish"
+    short_kwargs = {"hold": 60.0, "until_file": str(finish)}
+    short = [enqueue(db, STEP, kwargs=short_kwargs, priority=10) for _ in range(3)]
     long = enqueue(db, STEP, kwargs={"dir": str(workdir), "wait_go": True}, priority=10)
     later = [enqueue(db, COUNT) for _ in range(3)]  # lower priority: not in the first claim
     w = workers.start("--concurrency", "4", PGJOBS_TEST_SHUTDOWN_TIMEOUT="2")
@@ -50,6 +55,8 @@ def test_graceful_shutdown_finishes_short_jobs_and_releases_long_ones(
         wait_effect(db, job, "start")
     w.signal(signal.SIGTERM)
     sent = time.monotonic()
+    wait_until(lambda: "got SIGTERM" in w.output(), timeout=5, message="the signal handled")
+    finish.touch()
     assert w.wait(timeout=15) == 0
     assert time.monotonic() - sent < 2 + 3  # SHUTDOWN_TIMEOUT plus slack
     for job in short:
