@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import bisect
 import os
+import time
 from datetime import UTC, timedelta
 
 import pytest
 
-from tests.conftest import wait_until
 from tests.faults.conftest import Workers, status_counts
 
 COUNT = "tests.testapp.jobs.fault_count"
@@ -60,6 +60,26 @@ def order_violations(rows: list[tuple]) -> list[tuple]:
     return bad
 
 
+def drained_while_progressing(db, total: int, stall: float = 90.0, cap: float = 900.0) -> bool:
+    """Wait for ``total`` completions while the count keeps rising: what the test checks
+    is exactly-once and order, not speed (the drain took 236 s of a 240 s deadline on
+    CI's loaded two-core box, then failed it). False after ``stall`` seconds without one
+    more completion, or ``cap`` in all."""
+    start = best_at = time.monotonic()
+    best = -1
+    while time.monotonic() - start < cap:
+        done = status_counts(db).get("completed", 0)
+        if done == total:
+            return True
+        if done > best:
+            best, best_at = done, time.monotonic()
+        elif time.monotonic() - best_at > stall:
+            return False
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.timeout(1200)
 def test_drain_20k_exactly_once_in_order_without_deadlocks(db, workers: Workers, cluster) -> None:
     db.execute("SELECT setseed(0.7)")
     db.execute(
@@ -74,12 +94,8 @@ def test_drain_20k_exactly_once_in_order_without_deadlocks(db, workers: Workers,
     # Different claim statements compete: every queue, a pair of queues, one queue.
     for queues in ("*", "q0,q1", "q2", "q3,q1"):
         workers.start("--queues", queues, "--concurrency", "3", "--batch", "20")
-    wait_until(
-        lambda: status_counts(db) == {"completed": TOTAL},
-        timeout=240,
-        interval=0.5,
-        message=f"{TOTAL} jobs completed",
-    )
+    assert drained_while_progressing(db, TOTAL), f"stalled: {status_counts(db)}"
+    assert status_counts(db) == {"completed": TOTAL}
 
     once = db.execute(
         "SELECT count(*) FILTER (WHERE n = 1), count(*) FROM (SELECT j.id, count(e.id) n"
