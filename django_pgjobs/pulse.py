@@ -9,9 +9,10 @@ fed by ``worker/pulse_link.py``): another interpreter, its own GIL, its own
 connection. It imports psycopg and the standard library only (no Django), so it
 starts fast and stays small.
 
-It stands in for the worker's heartbeat thread, not beside it: the thread says
-``tick`` after each beat it made; only when no tick came for 1.5 intervals does
-this process beat itself (its statements handed over at start, from ``db/``),
+It stands in for the worker's heartbeat thread, not beside it: the thread sends
+its set after each beat it made, with the moment the beat began (the rows hold
+that moment, so a beat slow under load counts from its start); only when 1.5
+intervals passed since the worker's last beat began does this process beat itself (its statements handed over at start, from ``db/``),
 for the last (job id, lease) set the worker sent. A job just claimed is sent
 (``+``) before it can start, so a job that takes the GIL at once is covered. A
 claim whose reply arrives while another job holds the GIL cannot be sent: its rows
@@ -27,7 +28,8 @@ while the worker is stopped (SIGSTOP, a debugger: ``/proc/<pid>/stat`` state
 Protocol, one line each. In (stdin): a JSON object first (connection parameters,
 interval, statements, the worker row's parameters, the health file to touch after
 a beat), then ``+ id lease`` (claimed),
-``= id:lease,...`` (the whole set, with a tick), ``tick``. Out (stdout): ``ready``,
+``= @started id:lease,...`` (the whole set after a beat that began at ``started``,
+``time.monotonic()``). Out (stdout): ``ready``,
 then ``lost id lease`` for each lease its beat found lost.
 """
 
@@ -81,7 +83,7 @@ class Pulse:
         self.out = out
         self.leases: dict[int, int] = {}
         self.lock = threading.Lock()
-        self.last = time.monotonic()  # the worker's last tick, or our last beat
+        self.last = time.monotonic()  # when the worker's last beat began, or our last beat
         self.eof = threading.Event()
         self.conn: Any = None
         self.failing_since: float | None = None
@@ -98,17 +100,24 @@ class Pulse:
                     job, lease = rest.split()
                     self.leases[int(job)] = int(lease)
                 elif kind == "=":
+                    started, _, rest = rest.partition(" ")
                     pairs = (p.split(":") for p in rest.split(",") if p)
                     self.leases = {int(j): int(lease) for j, lease in pairs}
-                    self.heard_now()
-                elif kind == "tick":
-                    self.heard_now()
+                    self.heard_now(float(started.removeprefix("@")))
         self.eof.set()
 
-    def heard_now(self) -> None:
-        """The worker beat: its own thread keeps time (and the health file) again."""
-        self.last = self.heard = time.monotonic()
+    def heard_now(self, started: float) -> None:
+        """The worker beat, beginning at ``started``: its own thread keeps time (and
+        the health file) again, counted from when its beat began."""
+        self.last = self.heard = min(started, time.monotonic())
         self.touching = None
+
+    def due(self) -> bool:
+        """Time to beat: LATE intervals after the worker's last beat began; once this
+        process beats in the worker's stead (its own beat was the last), every
+        interval."""
+        wait = self.interval if self.last != self.heard else LATE * self.interval
+        return time.monotonic() - self.last >= wait
 
     def run(self) -> None:
         # Connected from the start: when the worker needs us, a connection is there
@@ -118,10 +127,7 @@ class Pulse:
         while not self.eof.wait(self.interval / 4):
             if os.getppid() != self.parent:
                 return
-            # LATE intervals after the worker's last word; once it beats in the
-            # worker's stead (its own beat was the last), every interval.
-            wait = self.interval if self.last != self.heard else LATE * self.interval
-            if stopped(self.parent) or time.monotonic() - self.last < wait:
+            if stopped(self.parent) or not self.due():
                 continue
             self.last = time.monotonic()  # beat or not, the next try in an interval
             try:

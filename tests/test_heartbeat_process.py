@@ -341,10 +341,29 @@ def test_the_process_stays_quiet_while_the_worker_ticks() -> None:
         wait_until(link.ready.is_set, message="the process ready")
         end = time.monotonic() + 1.5
         while time.monotonic() < end:
-            link.beaten(lambda: [(ours.id, 1)])  # as the heartbeat thread does
+            link.beaten(lambda: [(ours.id, 1)], time.monotonic())  # as the heartbeat thread
             time.sleep(0.1)
         assert job_row(ours).heartbeat_at == ours.heartbeat_at
         assert not WorkerRow.objects.filter(id="pulse-quiet").exists()
+    finally:
+        link.stop()
+
+
+def test_ticks_of_beats_that_began_long_ago_do_not_keep_the_process_quiet() -> None:
+    """The worker's rows hold the time its beat began: a beat that took long (a loaded
+    box, a slow server) and was reported late must not count as fresh, or the rows
+    age past STALE_AFTER while the process waits."""
+    ours = make_job("running", heartbeat_age=3600)
+    link = started_link("pulse-late-ticks", on_lost=lambda j, lease: None)
+    try:
+        link.added([(ours.id, 1)])
+        wait_until(link.ready.is_set, message="the process ready")
+        deadline = time.monotonic() + 20
+        while job_row(ours).heartbeat_at == ours.heartbeat_at:
+            assert time.monotonic() < deadline, "the process never beat for the late worker"
+            link.beaten(lambda: [(ours.id, 1)], time.monotonic() - 10)  # began 10 s ago
+            time.sleep(0.1)
+        assert WorkerRow.objects.filter(id="pulse-late-ticks").exists()
     finally:
         link.stop()
 
@@ -422,8 +441,11 @@ def test_the_protocol_and_the_beat_in_process() -> None:
     }
     out = io.StringIO()
     pulse = Pulse(config, out)
-    pulse.read(io.StringIO(f"+ -7 1\n= {ours.id}:1,{taken.id}:4\n+ -9 2\ntick\n"))  # -: no row
+    began = time.monotonic() - 0.05
+    lines = f"+ -7 1\n= @{began:.6f} {ours.id}:1,{taken.id}:4\n+ -9 2\n"  # -: no row
+    pulse.read(io.StringIO(lines))
     assert pulse.leases == {ours.id: 1, taken.id: 4, -9: 2} and pulse.eof.is_set()
+    assert pulse.last == pulse.heard == pytest.approx(began, abs=1e-5)
     try:
         pulse.beat()
     finally:
@@ -451,7 +473,7 @@ def test_the_beat_adopts_running_rows_of_its_worker_it_was_not_told_of() -> None
     config |= {"heartbeat": JOB_HEARTBEAT_PULSE, "worker_upsert": WORKER_UPSERT}
     out = io.StringIO()
     pulse = Pulse({**config, "parent": os.getppid()}, out)
-    pulse.read(io.StringIO(f"= {told.id}:1\n"))
+    pulse.read(io.StringIO(f"= @{time.monotonic():.6f} {told.id}:1\n"))
     try:
         pulse.beat()
         assert pulse.leases == {told.id: 1, claimed.id: 3}
@@ -514,6 +536,21 @@ def test_a_failed_beat_is_tried_again_on_a_new_connection(
     assert len(fired.read_text().splitlines()) == times
     assert job_row(ours).heartbeat_at > ours.heartbeat_at
     assert WorkerRow.objects.filter(id="pulse-faults").exists()
+
+
+def test_the_process_is_due_late_intervals_after_the_beat_began() -> None:
+    """Due LATE intervals after the worker's beat began (not after its report came);
+    every interval once it beats in the worker's stead; an empty set still counts."""
+    pulse = Pulse({"interval": 2.0, "parent": 1}, None)
+    now = time.monotonic()
+    pulse.read(io.StringIO(f"= @{now - 2.9:.6f} \n"))  # 1.45 intervals ago
+    assert pulse.leases == {} and not pulse.due()
+    pulse.read(io.StringIO(f"= @{now - 3.1:.6f} \n"))  # 1.55 intervals ago
+    assert pulse.due()
+    pulse.read(io.StringIO(f"= @{now + 60:.6f} \n"))  # a clock ahead counts as now
+    assert pulse.last <= time.monotonic() and not pulse.due()
+    pulse.last = time.monotonic() - 2.1  # its own beat, 1.05 intervals ago
+    assert pulse.due()
 
 
 def test_a_stopped_process_is_seen_stopped() -> None:

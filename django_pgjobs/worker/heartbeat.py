@@ -26,6 +26,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -142,10 +143,14 @@ class Heartbeat:
         try:
             while not stop.wait(self.interval):
                 try:
+                    # The rows hold now() of the beat's start: the heartbeat process
+                    # counts the worker's silence from there, not from when the beat
+                    # ended (a beat slow under load must not look fresher than it is).
+                    started = time.monotonic()
                     lost = self.beat(connection)
                     backoff.succeeded()
                     if self.pulse is not None:
-                        self.pulse.beaten(self.jobs.leases)
+                        self.pulse.beaten(self.jobs.leases, started)
                 except BaseException as exc:  # noqa: BLE001 - the heartbeat must not die
                     backoff.failed(exc)
                     connection.close()

@@ -3,8 +3,8 @@
 The heartbeat thread cannot beat while a job holds the GIL; the heartbeat process
 can, so the worker keeps it told: each job claimed (``added``, called by the
 in-flight table before the job can start) and, after each beat of the thread, the
-whole set with a tick (``beaten``). One lock orders the two, so a set taken before
-a claim is never written after it. Leases the process found lost come back on its
+whole set with the moment that beat began (``beaten``). One lock orders the two, so
+a set taken before a claim is never written after it. Leases the process found lost come back on its
 stdout and are reported like the thread's own (``on_lost``).
 
 Writing to a pipe needs the GIL too; that is fine: the process keeps beating the
@@ -93,11 +93,13 @@ class PulseLink:
         """Jobs just claimed, before they can start."""
         self._write("".join(f"+ {job} {lease}\n" for job, lease in items))
 
-    def beaten(self, leases: Callable[[], list[tuple[int, int]]]) -> None:
-        """The thread beat: the whole set now in flight, and a tick."""
+    def beaten(self, leases: Callable[[], list[tuple[int, int]]], started: float) -> None:
+        """The thread beat, starting at ``started`` (``time.monotonic()``, one clock
+        for every process of the machine): the whole set now in flight."""
         with self._lock:
             items = leases()
-            self._write_locked("= " + ",".join(f"{j}:{lease}" for j, lease in items) + "\n")
+            pairs = ",".join(f"{j}:{lease}" for j, lease in items)
+            self._write_locked(f"= @{started:.6f} {pairs}\n")
 
     def _write(self, text: str) -> None:
         with self._lock:
