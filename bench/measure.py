@@ -267,7 +267,7 @@ def claim_plan() -> str:
     with connection.cursor() as cur:
         cur.execute(
             "EXPLAIN (FORMAT JSON) " + claims.JOB_CLAIM_ONE_QUEUE,
-            {"worker": "explain", "n": 100, "queue": "default"},
+            {"worker": "explain", "n": 100, "queue": "default", "since": claims.UNBOUNDED},
         )
         plan = cur.fetchone()[0]
     text = json.dumps(plan)

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import DateTimeField
 from django.db.models.expressions import RawSQL
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.claim import (
     CLAIM_STATEMENTS,
+    UNBOUNDED,
     Claimed,
     claim_all,
     claim_one_queue,
@@ -69,7 +72,9 @@ def compile_claims(connection: BaseDatabaseWrapper) -> dict[str, str]:
 
     def picked(queue: Any, known: bool, *columns: str) -> str:
         tasks = StatementParam("tasks") if known else None
-        queryset = Job.objects.claimable(queue, tasks=tasks).values(*columns)[:_LIMIT_MARK]
+        since = StatementParam("since", DateTimeField())
+        queryset = Job.objects.claimable(queue, tasks=tasks, since=since)
+        queryset = queryset.values(*columns)[:_LIMIT_MARK]
         text, params = queryset.query.get_compiler(connection=offline).as_sql()
         return _named(text, params)
 
@@ -141,19 +146,23 @@ def claim(
     n: int,
     tasks: Sequence[str] | None = None,
     limited: bool = False,
+    since: datetime | None = None,
 ) -> list[Claimed]:
     """Claim up to ``n`` due jobs (``queues=None``: every queue) in one round trip:
-    the rows of ``Job.objects.claimable(queues, tasks=tasks)``, marked running.
+    the rows of ``Job.objects.claimable(queues, tasks=tasks, since=since)``, marked
+    running.
 
     ``tasks``: claim only jobs of these tasks (the worker's registry; None: any).
     ``limited``: some queue in scope is paused or limited, or a known task has a
     concurrency key (see ``flow.FlowState``): take the serialised limited claim.
+    ``since``: only jobs with ``run_at >= since`` (``claim_front.py``; not the
+    limited claim, which ranks every pending job of its queues).
     """
     if limited:
         if isinstance(connection, psycopg.Connection):
             raise TypeError("the limited claim runs on Django's connection only")
         return job_claim_limited(connection, worker=worker, queues=queues, n=n, tasks=tasks)
-    params: dict[str, Any] = {"worker": worker, "n": n}
+    params: dict[str, Any] = {"worker": worker, "n": n, "since": since or UNBOUNDED}
     statements = claim_statements(connection)
     known = tasks is not None
     if known:

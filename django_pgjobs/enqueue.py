@@ -31,7 +31,7 @@ from django_pgjobs.db.job_insert import (
     insert_params,
     job_insert,
 )
-from django_pgjobs.db.notify import JOB_NOTIFY
+from django_pgjobs.db.notify import JOB_NOTIFY_DUE
 from django_pgjobs.validation import (
     check_arguments,
     check_options,
@@ -413,7 +413,7 @@ def enqueue_batch(
             rows = [(*row, run_at) for row in rows]
         for start in range(0, len(rows), BULK_BATCH):
             _copy_rows(cursor, JOB_COPY.format(columns=columns), rows[start : start + BULK_BATCH])
-        cursor.execute(JOB_NOTIFY, [opts["queue"]])
+        cursor.execute(JOB_NOTIFY_DUE, {"queue": opts["queue"], "run_at": run_at})
     return len(rows)
 
 

@@ -17,12 +17,14 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import claims, registry
+from django_pgjobs.claim_front import ClaimFront
 from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.db.claim import Claimed, pending_queues
 from django_pgjobs.db.claim_limited import queue_limits
@@ -306,6 +308,8 @@ class FlowState:
         self.notified = notified
         self.pending: list[str] | None = None
         self._pending_at = 0.0
+        # The claim front's bound the list was read with (None: the whole index).
+        self._pending_since: datetime | None = None
         self._seen = 0  # NOTIFYs that invalidated the list (another thread sets it)
 
     def invalidate(self) -> None:
@@ -324,15 +328,18 @@ class FlowState:
         self.limits = {r[0]: QueueLimits(*r) for r in queue_limits(connection)}
         self._loaded_at = time.monotonic()
 
-    def claim_options(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
-        """Keyword arguments for ``claims.claim``: ``queues``, ``tasks``, ``limited``."""
+    def claim_options(
+        self, connection: BaseDatabaseWrapper, since: datetime | None = None
+    ) -> dict[str, Any]:
+        """Keyword arguments for ``claims.claim``: ``queues``, ``tasks``, ``limited``;
+        ``since``: the claim front's bound, for the list of queues with pending jobs."""
         if self._loaded_at is None or time.monotonic() - self._loaded_at >= self.refresh:
             self.load(connection)
         queues = self.queues
         if queues is None:
             limited = self.keyed or bool(self.limits)
             if not limited and not self.known_only:
-                queues = self._pending_queues(connection)
+                queues = self._pending_queues(connection, since)
         else:
             in_scope = [self.limits[q] for q in queues if q in self.limits]
             limited = self.keyed or any(q.max_running or q.rate for q in in_scope)
@@ -343,20 +350,31 @@ class FlowState:
         filtered = limited or self.skew_seen or self.known_only
         return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
 
-    def _pending_queues(self, connection: BaseDatabaseWrapper) -> list[str]:
+    def _pending_queues(self, connection: BaseDatabaseWrapper, since: datetime | None) -> list[str]:
         now = time.monotonic()
         pending = self.pending
-        if pending is None or now - self._pending_at >= self.refresh:
+        # Read with a later bound than this claim's: it may miss a queue.
+        earlier = self._pending_since is not None and (since is None or since < self._pending_since)
+        if pending is None or earlier or now - self._pending_at >= self.refresh:
             seen = self._seen
-            pending = pending_queues(connection)
+            pending = pending_queues(connection, since)
+            self._pending_since = since
             # A NOTIFY while the list was read may name a queue it missed: keep the
             # list for this claim only.
             self.pending = pending if seen == self._seen else None
             self._pending_at = now
         return pending
 
-    def claim(self, connection: BaseDatabaseWrapper, *, worker: str, n: int) -> list[Claimed]:
-        """Claim up to ``n`` jobs of known tasks.
+    def claim(
+        self,
+        connection: BaseDatabaseWrapper,
+        *,
+        worker: str,
+        n: int,
+        front: ClaimFront | None = None,
+    ) -> list[Claimed]:
+        """Claim up to ``n`` jobs of known tasks, from ``front``'s bound on ``run_at``
+        when given (not in a limited claim: it ranks every pending job of its queues).
 
         The fast path is the 0.1 claim exactly, with no task filter: in steady state
         every pending job is of a known task, and the filter measurably slowed the
@@ -364,13 +382,18 @@ class FlowState:
         at once, uncounted (``job_release``), and from then on this worker claims
         with the known-task filter, so it never takes such a job again.
         """
-        options = self.claim_options(connection)
-        # queues == []: every queue of this worker is paused, or none has pending jobs.
-        claimed = (
-            []
-            if options["queues"] == []
-            else claims.claim(connection, worker=worker, n=n, **options)
-        )
+        # The bound first: the list of queues with pending jobs is read with it.
+        since = front.bound() if front is not None else None
+        options = self.claim_options(connection, since)
+        if options["queues"] == []:
+            # Every queue of this worker is paused, or none has pending jobs.
+            claimed: list[Claimed] = []
+        elif front is None or options["limited"]:
+            claimed = claims.claim(connection, worker=worker, n=n, **options)
+        else:
+            claimed = claims.claim(connection, worker=worker, n=n, since=since, **options)
+            # Every row the claim took, before unknown tasks are given back below.
+            front.claimed([c.run_at for c in claimed if c.run_at is not None], n)
         if not claimed and self.queues is None and not self.notified:
             self.pending = None  # no NOTIFY announces a new queue: read the list again
         if claimed and options["tasks"] is None:

@@ -67,6 +67,7 @@ def test_claim_returns_what_the_worker_needs() -> None:
         "emails",
         5,
         "claim-k",
+        run_at=job.run_at.replace(year=2000),
     )
 
 
@@ -120,7 +121,9 @@ def test_claim_plan_uses_the_partial_claim_index(statement: str, params: dict[st
     jobs.add.using(queue="q7").enqueue_many([(i, i) for i in range(20)])
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {JOB}")
-        cursor.execute("EXPLAIN " + statement, {"worker": "w", "n": 10, **params})
+        cursor.execute(
+            "EXPLAIN " + statement, {"worker": "w", "n": 10, "since": claims.UNBOUNDED, **params}
+        )
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "pgjobs_job_claim_idx" in plan, plan
     assert "Seq Scan on django_pgjobs_job" not in plan, plan
@@ -146,6 +149,7 @@ def _claimer(
                     {
                         "worker": threading.current_thread().name,
                         "n": random.randint(1, 25),
+                        "since": claims.UNBOUNDED,
                         **params,
                     },
                 ).fetchall()

@@ -23,6 +23,7 @@ PICKED_ONE_QUEUE = re.compile(
     r'SELECT "django_pgjobs_job"\."id"( AS "id")? FROM "django_pgjobs_job" WHERE \('
     r'"django_pgjobs_job"\."run_at" <= \(now\(\)\) AND '
     r"\"django_pgjobs_job\"\.\"status\" = 'pending' AND "
+    r'"django_pgjobs_job"\."run_at" >= \(%\(since\)s\) AND '
     r'"django_pgjobs_job"\."queue" = \(%\(queue\)s\)\) '
     r'ORDER BY "django_pgjobs_job"\."priority" DESC, "django_pgjobs_job"\."run_at" ASC, '
     r'("django_pgjobs_job"\."id"|1) ASC LIMIT %\(n\)s FOR UPDATE SKIP LOCKED'
@@ -150,7 +151,13 @@ def test_the_compiled_claim_reads_the_claim_index_without_sorting_the_backlog(
     name: str, extra: dict[str, Any]
 ) -> None:
     _fill_history_and_backlog()
-    params = {"worker": "w", "n": 10, "tasks": task_array(("live", "x")), **extra}
+    params = {
+        "worker": "w",
+        "n": 10,
+        "since": claims.UNBOUNDED,
+        "tasks": task_array(("live", "x")),
+        **extra,
+    }
     plan = _plan(claims.claim_statements(connection)[name], params)
     assert "pgjobs_job_claim_idx" in _index_names(plan), plan
     assert _scans_below_a_sort(plan) == [], plan
@@ -173,6 +180,7 @@ def test_the_generic_plan_of_the_prepared_claim_uses_the_claim_index_too() -> No
 
     prepared = re.sub(r"%\((\w+)\)s", positional, statement)
     values = {"queue": "q1", "n": 10, "worker": "w", "tasks": "{live}"}
+    values["since"] = "-infinity"
     args = ", ".join(
         f"'{values[n]}'" if isinstance(values[n], str) else str(values[n]) for n in names
     )

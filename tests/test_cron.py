@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from django_pgjobs import registry
 from django_pgjobs.checks import check_cron
+from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.definition import make_definition
 from django_pgjobs.maintenance import cron as cron_module
 from django_pgjobs.maintenance.cron import CronTicker, Schedule, ScheduleError, collect_schedules
@@ -263,7 +264,7 @@ def test_ticker_wakes_listening_workers() -> None:
         listener.execute("LISTEN pgjobs")
         CronTicker(schedules=[hourly(queue="cronq")], catchup_window=3600).run_once(now=T0)
         payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
-    assert payloads == ["cronq"]
+    assert [parse_payload(p)[0] for p in payloads] == ["cronq"]
 
 
 def test_default_services_include_pruner_and_ticker() -> None:

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.exceptions import UnknownTask
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.states import JobStatus
@@ -169,10 +170,11 @@ def test_notify_is_sent_at_commit_only() -> None:
     with psycopg.connect(dsn(), autocommit=True) as listener:
         listener.execute("LISTEN pgjobs")
         with transaction.atomic():
-            send_email.enqueue("x@example.com")
+            job = send_email.enqueue("x@example.com")
             assert list(listener.notifies(timeout=0.3)) == []
         notes = list(listener.notifies(timeout=2, stop_after=1))
-        assert [n.payload for n in notes] == ["emails"]
+        # The queue, and when the job is due (the claim front: claim_front.py).
+        assert [parse_payload(n.payload) for n in notes] == [("emails", job.run_at)]
         with pytest.raises(RuntimeError), transaction.atomic():
             send_email.enqueue("y@example.com")
             raise RuntimeError

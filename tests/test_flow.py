@@ -408,7 +408,10 @@ def test_known_task_claims_are_the_fast_path_plus_a_filter(statement: str, extra
     # A prepared statement's generic plan knows nothing of the array; a custom plan
     # sees that 'history' dominates the column and 'live' is rare: neither may trade
     # the ordered index scan for a bitmap scan and a sort.
-    plan = _plan(statement, {"worker": "w", "n": 100, "tasks": ["live", "x"], **extra})
+    plan = _plan(
+        statement,
+        {"worker": "w", "n": 100, "since": claims.UNBOUNDED, "tasks": ["live", "x"], **extra},
+    )
     assert "pgjobs_job_claim_idx" in plan, plan
     assert '"Node Type": "Seq Scan"' not in plan and "Bitmap Heap Scan" not in plan, plan
     # no join to the queue table, no advisory lock: only the task filter was added

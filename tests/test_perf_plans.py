@@ -85,7 +85,7 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
 )
 def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra: dict) -> None:
     _fill(HISTORY, 1000)
-    plan = _plan(statement, {"worker": "w", "n": 100, **extra})
+    plan = _plan(statement, {"worker": "w", "n": 100, "since": claims.UNBOUNDED, **extra})
     assert "pgjobs_job_claim_idx" in plan, plan
     # No scan of the table itself: history never enters the claim.
     assert '"Node Type": "Seq Scan"' not in plan, plan
@@ -113,7 +113,9 @@ def test_claim_finds_its_rows_by_primary_key_before_the_statistics_catch_up(
     with connection.cursor() as cur:
         cur.execute(f"ANALYZE {JOB}")
     _fill(0, 30_000, analyze=False)
-    plan = _generic_plan(getattr(claims, name), {"worker": "w", "n": 100, **extra})
+    plan = _generic_plan(
+        getattr(claims, name), {"worker": "w", "n": 100, "since": claims.UNBOUNDED, **extra}
+    )
     assert '"Node Type": "Seq Scan"' not in plan, plan
     assert "Hash Join" not in plan, plan
     assert "django_pgjobs_job_pkey" in plan, plan

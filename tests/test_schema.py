@@ -67,9 +67,15 @@ def test_claim_plan_uses_the_partial_index() -> None:
                           FROM generate_series(1, 50)""")
         cursor.execute("ANALYZE django_pgjobs_job")
     for statement, params in [
-        (claims.JOB_CLAIM_ONE_QUEUE, {"queue": "default", "n": 10, "worker": "w"}),
-        (claims.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"], "n": 10, "worker": "w"}),
-        (claims.JOB_CLAIM_ALL, {"n": 10, "worker": "w"}),
+        (
+            claims.JOB_CLAIM_ONE_QUEUE,
+            {"queue": "default", "n": 10, "worker": "w", "since": claims.UNBOUNDED},
+        ),
+        (
+            claims.JOB_CLAIM_QUEUES,
+            {"queues": ["default", "emails"], "n": 10, "worker": "w", "since": claims.UNBOUNDED},
+        ),
+        (claims.JOB_CLAIM_ALL, {"n": 10, "worker": "w", "since": claims.UNBOUNDED}),
     ]:
         plan = _explain(statement, params)
         assert "pgjobs_job_claim_idx" in plan, plan

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -76,7 +77,9 @@ RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j
           -- a workflow job with parents: the worker reads their results
           j.failed_parents IS NOT NULL,
           -- reclaimed from a lost worker: the worker runs it alone (worker/isolated.py)
-          j.suspect
+          j.suspect,
+          -- where the worker's next claim may start (claim_front.py)
+          j.run_at
 """
 
 
@@ -114,14 +117,27 @@ WITH picked AS (
 # The queues that have pending rows, found with a loose index scan of the claim
 # index: one index probe per distinct queue, not a read of every pending row.
 # A recursive CTE named qs(name), for WITH RECURSIVE; its last row is NULL.
-_PENDING_QUEUES = f"""qs(name) AS (
-    (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}' ORDER BY queue LIMIT 1)
+# ``bound``: a condition on run_at checked on the index entries (the claim front).
+def _pending_queues(bound: str = "") -> str:
+    return f"""qs(name) AS (
+    (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}'{bound} ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT queue FROM {JOB}
-             WHERE status = '{JobStatus.PENDING}' AND queue > qs.name
+             WHERE status = '{JobStatus.PENDING}' AND queue > qs.name{bound}
              ORDER BY queue LIMIT 1)
       FROM qs WHERE qs.name IS NOT NULL
 )"""
+
+
+_PENDING_QUEUES = _pending_queues()
+# A worker's claims and its list of queues start at its claim front (claim_front.py):
+# every pending job at or past the bound is found, due or not, and none is before it
+# that a claim could take (a claim that reads the whole index reads the whole list).
+_PENDING_QUEUES_SINCE = _pending_queues(" AND run_at >= %(since)s")
+
+#: ``since`` of a claim from the start of the claim index (no bound: every run_at is
+#: later; PostgreSQL's timestamptz reaches back to 4713 BC).
+UNBOUNDED = datetime(1, 1, 1, tzinfo=UTC)
 
 
 # The queues with pending rows, on their own: what a worker of every queue claims
@@ -133,7 +149,7 @@ _PENDING_QUEUES = f"""qs(name) AS (
 # claimed job left behind. Measured on a no-op drain of 50,000 jobs: PostgreSQL
 # CPU 26.7 -> 24.9 us per job (docs/explanation/performance.md). Read-only.
 PENDING_QUEUES = f"""
-WITH RECURSIVE {_PENDING_QUEUES}
+WITH RECURSIVE {_PENDING_QUEUES_SINCE}
 SELECT name FROM qs WHERE name IS NOT NULL
 """
 
@@ -143,7 +159,7 @@ SELECT name FROM qs WHERE name IS NOT NULL
 # PENDING_QUEUES instead (above).
 def claim_all(lateral: str) -> str:
     return f"""
-WITH RECURSIVE {_PENDING_QUEUES}, picked AS (
+WITH RECURSIVE {_PENDING_QUEUES_SINCE}, picked AS (
     SELECT c.id FROM qs
     CROSS JOIN LATERAL ({lateral}) AS c
     WHERE qs.name IS NOT NULL
@@ -194,12 +210,14 @@ class Claimed:
     trace_context: dict[str, str] | None = None  # W3C trace context stored at enqueue
     has_parents: bool = False  # a workflow job with parents (their results are read)
     suspect: bool = False  # reclaimed from a lost worker: run alone (worker/isolated.py)
+    run_at: datetime | None = None  # when it was due: the claim front (claim_front.py)
 
 
-def pending_queues(connection: Connection) -> list[str]:
-    """The names of the queues that have pending jobs (due or not), sorted."""
+def pending_queues(connection: Connection, since: datetime | None = None) -> list[str]:
+    """The names of the queues that have pending jobs (due or not), sorted; with
+    ``since``, of those with ``run_at >= since``."""
     with hot_cursor(connection) as cursor:
-        cursor.execute(PENDING_QUEUES)
+        cursor.execute(PENDING_QUEUES, {"since": since or UNBOUNDED})
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -245,6 +263,7 @@ def from_rows(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
             _trace_context(r[11]),
             r[12],
             r[13],
+            r[14],
         )
         for r in rows
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django_pgjobs.db.notify import due_payload
 from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL
 from django_pgjobs.states import JobStatus
 
@@ -71,7 +72,7 @@ SELECT ins.id,
        -- times as exact epoch microseconds: cheaper to decode than timestamptz
        (extract(epoch FROM ins.run_at) * 1000000)::bigint,
        (extract(epoch FROM ins.created_at) * 1000000)::bigint,
-       pg_notify('{NOTIFY_CHANNEL}', ins.queue)::text
+       pg_notify('{NOTIFY_CHANNEL}', {due_payload("ins.queue", "ins.run_at")})::text
   FROM ins
 """
 

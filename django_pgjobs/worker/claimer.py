@@ -22,8 +22,10 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from django_pgjobs import flow, registry, signals
+from django_pgjobs.claim_front import ClaimFront
 from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.job_outcome import job_dead_exhausted, job_heartbeat, job_release
+from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.throttle import Backoff
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.db_errors import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
@@ -142,6 +144,8 @@ class Claimer:
     shutdown_timeout: float
     #: a claim slower than this (HEARTBEAT_INTERVAL) refreshes its rows' heartbeats
     late_after: float
+    #: where the claims may start reading the claim index (None: from its start)
+    front: ClaimFront | None = None
     claimed_count: int = field(default=0, init=False)
     _wakeup: threading.Event = field(default_factory=threading.Event, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)  # stop claiming
@@ -155,12 +159,19 @@ class Claimer:
         self._wakeup.set()
 
     def on_notify(self, payload: str) -> None:
-        """A NOTIFY on the jobs channel (the listener's thread)."""
-        if payload == flow.QUEUES_CHANGED:
+        """A NOTIFY on the jobs channel (the listener's thread); "" after LISTEN
+        (re)connected, when notifications may have been missed."""
+        queue, due = parse_payload(payload)
+        if queue == flow.QUEUES_CHANGED:
             self.flow_state.invalidate()  # a queue was paused, resumed or edited
         else:
-            self.flow_state.saw_queue(payload)  # a job in a queue the claims may not cover yet
-        if not payload or self.queues is None or payload in self.queues:
+            self.flow_state.saw_queue(queue)  # a job in a queue the claims may not cover yet
+        ours = not queue or self.queues is None or queue in self.queues
+        if ours and self.front is not None:
+            # Jobs committed since the last claim may lie before its bound: how far
+            # back, when the payload says (a single enqueue's does), else anywhere.
+            self.front.heard(due)
+        if ours:
             self._wakeup.set()
 
     # ------------------------------------------------------------------ the loop
@@ -184,7 +195,9 @@ class Claimer:
             if want > 0:
                 began = time.monotonic()
                 try:
-                    claimed = self.flow_state.claim(connection, worker=self.worker_id, n=want)
+                    claimed = self.flow_state.claim(
+                        connection, worker=self.worker_id, n=want, front=self.front
+                    )
                     backoff.succeeded()
                 except CONNECTION_ERRORS as exc:
                     backoff.failed(exc)

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from django.db import connections
 
 from django_pgjobs import flow, registry
+from django_pgjobs.claim_front import SWEEP_EVERY, ClaimFront
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
 from django_pgjobs.worker.claimer import Claimer, ClaimSize
@@ -106,6 +107,10 @@ class Worker:
         self.inflight = InFlightTable()
         # Flow control and deploy skew: claim only known tasks, honour queue limits.
         self.flow = flow.FlowState(self.queues, notified=self.listen)
+        poll = conf.POLL_INTERVAL if poll_interval is None else poll_interval
+        # Claims start past the jobs already claimed (claim_front.py); not in burst
+        # mode, whose empty claim ends the run: that claim reads the whole index.
+        front = None if burst else ClaimFront(SWEEP_EVERY if self.listen else poll)
         self.claimer = Claimer(
             worker_id=self.id,
             alias=self.alias,
@@ -118,9 +123,10 @@ class Worker:
             counts=self.counts,
             burst=burst,
             max_jobs=max_jobs,
-            poll_interval=conf.POLL_INTERVAL if poll_interval is None else poll_interval,
+            poll_interval=poll,
             shutdown_timeout=self.shutdown_timeout,
             late_after=conf.HEARTBEAT_INTERVAL,
+            front=front,
         )
         self.completer = Completer(
             table=self.inflight,

@@ -289,7 +289,7 @@ ROWS: tuple[Row, ...] = (
         action="enqueue_unique_delayed",
     ),
     Row("enqueue: existing key", "db.JOB_BY_KEY", "driver", action="enqueue_twice"),
-    Row("enqueue_many: notify after COPY", "db.JOB_NOTIFY", "driver", action="enqueue_many"),
+    Row("enqueue_many: notify after COPY", "db.JOB_NOTIFY_DUE", "driver", action="enqueue_many"),
     # The COPY runs through the connection's execute_wrappers (enqueue._copy_rows).
     Row(
         "enqueue_many: COPY (reply to COMMIT lost)",

@@ -1,0 +1,93 @@
+"""Where a worker's next claim may start reading the claim index: past the entries of
+the jobs it already claimed.
+
+Each claimed job leaves its entry in the partial claim index (``status =
+'pending'``) until VACUUM removes it, and the entries of the oldest jobs come first
+in the index's order. A claim that reads from the start visits each such entry's
+row to find it is no longer pending; while a long transaction holds the xmin
+horizon nothing removes them, and a claim visited one row per job claimed since
+the horizon was taken (322 ms per claim after 9 minutes at 300 jobs/s,
+docs/explanation/performance.md). So the claim takes a lower bound on ``run_at``
+(``Job.objects.claimable(since=...)``): an index condition, checked on the index
+entry itself, so the entries before it cost no visit to their rows.
+
+The bound must never pass over a job that is pending and due. It moves forward
+only after a claim that took fewer jobs than it asked for: that claim took every
+due pending job it could see in its queues, so what is left below the run_at of
+the oldest job it took (less ``SLACK``) is a job whose enqueue had not committed
+yet, or one another worker had locked. The first kind announces itself: a single
+enqueue's NOTIFY carries its ``run_at`` and lowers the bound (``heard``); any other
+NOTIFY, or a reconnected LISTEN, clears it. For everything else (LISTEN off, a
+notification lost, rows another worker's claim locked and gave back) the worker
+claims from the start of the index every ``sweep_every`` seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+#: Below the oldest job a claim took, how far the bound stays back: an enqueue that
+#: commits this long after its statement began (its ``run_at``) is still found.
+SLACK = timedelta(seconds=1)
+#: A worker with LISTEN claims from the start of the index this often (seconds);
+#: without LISTEN, every POLL_INTERVAL.
+SWEEP_EVERY = 10.0
+
+
+def _lower(a: datetime | None, b: datetime | None) -> datetime | None:
+    """The lower bound of the two; None is no bound (below everything)."""
+    if a is None or b is None:
+        return None
+    return min(a, b)
+
+
+class ClaimFront:
+    """The ``since`` bound of one worker's claims (thread-safe: the claimer asks and
+    reports, the listener's thread lowers it)."""
+
+    def __init__(self, sweep_every: float, clock: Callable[[], float] = time.monotonic):
+        self.sweep_every = sweep_every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: datetime | None = None
+        self._swept = -float("inf")
+        self._claiming = False
+        self._heard_in_claim = False
+        self._heard_low: datetime | None = None
+
+    def bound(self) -> datetime | None:
+        """The next claim's lower bound on ``run_at`` (None: the whole index)."""
+        with self._lock:
+            self._claiming, self._heard_in_claim = True, False
+            now = self._clock()
+            if now - self._swept >= self.sweep_every:
+                self._swept = now
+                return None
+            return self._since
+
+    def heard(self, run_at: datetime | None) -> None:
+        """A job was committed with this ``run_at`` (None: a change of unknown time)."""
+        low = None if run_at is None else run_at - SLACK
+        with self._lock:
+            self._since = _lower(self._since, low)
+            if self._claiming:  # may have committed after the claim's snapshot
+                self._heard_low = low if not self._heard_in_claim else _lower(self._heard_low, low)
+                self._heard_in_claim = True
+
+    def claimed(self, run_ats: Sequence[datetime], asked: int) -> None:
+        """The claim that asked for ``asked`` jobs took these (their ``run_at``)."""
+        with self._lock:
+            self._claiming = False
+            if 0 < len(run_ats) < asked:
+                since: datetime | None = min(run_ats) - SLACK
+                if self._heard_in_claim:
+                    since = _lower(since, self._heard_low)
+                self._since = since
+
+    def since(self) -> datetime | None:
+        """The bound now (tests, the worker's log)."""
+        with self._lock:
+            return self._since

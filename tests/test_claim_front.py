@@ -1,0 +1,239 @@
+"""The claim front (``claim_front.py``): a worker's claims start past the claim-index
+entries of the jobs it already claimed, and never past a job that is pending and due."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+
+from django_pgjobs import claims
+from django_pgjobs.claim_front import SLACK, ClaimFront
+from django_pgjobs.db.claim import pending_queues
+from django_pgjobs.db.notify import parse_payload
+from django_pgjobs.db.tables import JOB
+from django_pgjobs.flow import FlowState
+from django_pgjobs.models import Job
+from django_pgjobs.worker import Worker
+from tests.conftest import dsn, wait_until
+from tests.testapp import jobs
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+
+def test_the_bound_moves_only_after_a_claim_that_took_less_than_it_asked() -> None:
+    front = ClaimFront(sweep_every=1e9)
+    assert front.bound() is None  # the first claim reads the whole index
+    front.claimed([at(5), at(3), at(9)], asked=10)  # it took every due job it saw
+    assert front.since() == at(3) - SLACK
+    assert front.bound() == at(3) - SLACK
+    front.claimed([at(20)] * 10, asked=10)  # full: older jobs of lower priority may wait
+    assert front.since() == at(3) - SLACK
+    front.claimed([], asked=10)  # nothing: nothing learnt
+    assert front.since() == at(3) - SLACK
+    front.claimed([at(1)], asked=10)  # the bound may move back too
+    assert front.since() == at(1) - SLACK
+
+
+def test_a_notification_lowers_the_bound_and_one_of_unknown_time_clears_it() -> None:
+    front = ClaimFront(sweep_every=1e9)
+    front.bound()
+    front.claimed([at(100)], asked=2)
+    front.heard(at(120))  # later than the bound: no change
+    assert front.since() == at(100) - SLACK
+    front.heard(at(50))  # committed late: enqueued before the bound
+    assert front.since() == at(50) - SLACK
+    front.heard(None)  # a NOTIFY that does not say when (a resume, pgjobs_enqueue)
+    assert front.since() is None
+
+
+def test_a_notification_during_a_claim_is_not_lost_when_the_claim_reports() -> None:
+    """The job may have committed after the claim's snapshot: the claim did not see it,
+    so the bound the claim reports must stay below it."""
+    front = ClaimFront(sweep_every=1e9)
+    front.bound()
+    front.claimed([at(100)], asked=2)
+    front.bound()  # a claim starts...
+    front.heard(at(150))  # ...a job due at 150 commits meanwhile...
+    front.claimed([at(200)], asked=2)  # ...and the claim took only a later one
+    assert front.since() == at(150) - SLACK
+    front.bound()
+    front.heard(None)
+    front.claimed([at(300)], asked=2)
+    assert front.since() is None
+
+
+def test_the_whole_index_is_read_every_sweep() -> None:
+    clock = Clock()
+    front = ClaimFront(sweep_every=10.0, clock=clock)
+    assert front.bound() is None
+    front.claimed([at(0)], asked=2)
+    clock.now = 9.9
+    assert front.bound() == at(0) - SLACK
+    clock.now = 10.0
+    assert front.bound() is None
+    clock.now = 15.0
+    assert front.bound() == at(0) - SLACK
+
+
+@pytest.mark.parametrize(
+    ("payload", "parsed"),
+    [
+        ("emails", ("emails", None)),
+        ("", ("", None)),
+        ("pgjobs:queues", ("pgjobs:queues", None)),
+        ("emails,1796300000000000", ("emails", datetime.fromtimestamp(1796300000, tz=UTC))),
+        ("emails,-1000000", ("emails", datetime.fromtimestamp(-1, tz=UTC))),
+        ("emails,x", ("emails,x", None)),
+    ],
+)
+def test_payloads(payload: str, parsed: tuple[str, datetime | None]) -> None:
+    assert parse_payload(payload) == parsed
+
+
+# -- what it saves -------------------------------------------------------------------------
+
+
+def _returned() -> int:
+    """Claim-index entries handed to the executor so far in this transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_tuples_returned('pgjobs_job_claim_idx'::regclass)")
+        return int(cursor.fetchone()[0])
+
+
+def _pending(count: int, age: float, queue: str = "front") -> None:
+    """``count`` pending jobs due ``age`` seconds ago, one millisecond apart."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
+            " SELECT 'tests.testapp.jobs.noop', %s, 0, '[]', '{}', 3,"
+            "        now() - make_interval(secs => %s) + g * interval '1 millisecond'"
+            "   FROM generate_series(1, %s) AS g",
+            [queue, age, count],
+        )
+
+
+@pytest.mark.django_db
+def test_a_bounded_claim_does_not_read_the_rows_of_jobs_claimed_before() -> None:
+    """The entries of claimed jobs stay in the claim index until VACUUM (here: claimed
+    in this transaction, so nothing can remove them, as under a held horizon). A claim
+    from the start hands each one to the executor, which reads its row; a claim bounded
+    past them checks them on the index entry and hands over only the live ones."""
+    _pending(2000, age=3600)
+    while claims.claim(connection, worker="w", queues=["front"], n=500):
+        pass
+    _pending(3, age=0.5)
+    with transaction.atomic():
+        before = _returned()
+        unbounded = claims.claim(connection, worker="w", queues=["front"], n=10)
+        read_unbounded = _returned() - before
+        transaction.set_rollback(True)
+    since = min(c.run_at for c in unbounded if c.run_at is not None) - SLACK
+    before = _returned()
+    bounded = claims.claim(connection, worker="w", queues=["front"], n=10, since=since)
+    read_bounded = _returned() - before
+    assert sorted(c.id for c in bounded) == sorted(c.id for c in unbounded)
+    assert len(bounded) == 3
+    assert read_unbounded >= 2000, read_unbounded
+    assert read_bounded <= 10, read_bounded
+
+
+@pytest.mark.django_db
+def test_the_queue_list_starts_at_the_bound_and_is_read_again_for_an_earlier_one() -> None:
+    """A worker of every queue claims from the queues with pending jobs at or past its
+    bound; a claim with an earlier bound (a sweep) reads the list again."""
+    _pending(1, age=3600, queue="old")
+    _pending(1, age=0, queue="new")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now() - interval '60 seconds'")
+        bound = cursor.fetchone()[0]
+    assert pending_queues(connection, bound) == ["new"]
+    assert pending_queues(connection) == ["new", "old"]
+    state = FlowState(None, refresh=1e9)
+    state.keyed = False  # the test app's keyed tasks would make every claim limited
+    assert state.claim_options(connection, bound)["queues"] == ["new"]
+    assert state.claim_options(connection, bound + timedelta(seconds=1))["queues"] == ["new"]
+    assert state.claim_options(connection, None)["queues"] == ["new", "old"]
+
+
+# -- with a worker -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker_thread() -> Iterator[Worker]:
+    worker = Worker(queues=["front"], maintenance=False, concurrency=2, poll_interval=0.2)
+    # The test app registers tasks with a concurrency key, which send every claim
+    # through the limited claim (it ranks every pending job and takes no bound); a
+    # site without them claims like this.
+    worker.flow.keyed = False
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def _status(job_id: int) -> str:
+    return Job.objects.filter(id=job_id).values_list("status", flat=True).get()
+
+
+def _advanced(worker: Worker) -> datetime:
+    """Jobs run until the worker's claims have a bound; the bound."""
+    front = worker.claimer.front
+    assert front is not None
+    for _ in range(3):
+        job = jobs.noop.using(queue="front").enqueue()
+        wait_until(lambda job=job: _status(job.id) == "completed", message="a job to run")
+    wait_until(lambda: front.since() is not None, message="the bound to move")
+    since = front.since()
+    assert since is not None
+    return since
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_enqueued_in_a_transaction_begun_long_ago_runs_at_once(worker_thread: Worker) -> None:
+    """Its run_at (the transaction's start) lies behind the bound when it commits; its
+    NOTIFY says so, and the next claim starts far enough back. Without that it would
+    wait for the worker's next sweep (10 s)."""
+    since = _advanced(worker_thread)
+    job = jobs.noop.using(queue="front", run_at=since - timedelta(minutes=5)).enqueue()
+    wait_until(lambda: _status(job.id) == "completed", timeout=5, message="the late job to run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_behind_the_bound_that_nobody_announced_runs_at_the_next_sweep(
+    worker_thread: Worker,
+) -> None:
+    """A row written without a NOTIFY that says when (raw SQL here, with no NOTIFY at
+    all) is found when the worker reads the whole index again."""
+    since = _advanced(worker_thread)
+    with psycopg.connect(dsn(), autocommit=True) as other:
+        row = other.execute(
+            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
+            " VALUES ('tests.testapp.jobs.noop', 'front', 0, '[]', '{}', 3, %s) RETURNING id",
+            [since - timedelta(minutes=5)],
+        ).fetchone()
+    assert row is not None
+    wait_until(lambda: _status(row[0]) == "completed", timeout=25, message="the sweep to find it")
