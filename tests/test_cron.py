@@ -277,6 +277,7 @@ def test_default_services_include_pruner_and_ticker() -> None:
             "unknown-tasks",
             "workflow repair",
             "rollup",
+            "statistics",
         ]
     with override_settings(PGJOBS={"CRON": cron, "CRON_ENGINE": "pg_cron"}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
@@ -285,6 +286,7 @@ def test_default_services_include_pruner_and_ticker() -> None:
             "unknown-tasks",
             "workflow repair",
             "rollup",
+            "statistics",
         ]
 
 

@@ -20,6 +20,7 @@ from django_pgjobs.maintenance.cron import CronTicker, usable_schedules
 from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.maintenance.rollup import Rollup
+from django_pgjobs.maintenance.statistics import TableStatistics
 from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
 from django_pgjobs.maintenance.workflow_repair import WorkflowRepair
 from django_pgjobs.throttle import Backoff
@@ -36,7 +37,8 @@ class Service(Protocol):
 
 def default_services(*, alias: str, worker: str) -> list[Service]:
     """The services a worker runs: the reaper, the pruner, (built-in engine) the cron
-    ticker, the unknown-task sweeper, the workflow repair pass and the minute rollup."""
+    ticker, the unknown-task sweeper, the workflow repair pass, the minute rollup and the
+    statistics pass."""
     services: list[Service] = [Reaper(alias=alias, worker=worker)]
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
     services.append(Pruner(alias=alias, time_budget=2.0))
@@ -50,6 +52,8 @@ def default_services(*, alias: str, worker: str) -> list[Service]:
     services.append(WorkflowRepair(alias=alias))
     # Finished jobs counted per minute, for the pages that show the last hour.
     services.append(Rollup(alias=alias))
+    # Fresh statistics, so cached plans are made again, when the jobs table outgrew them.
+    services.append(TableStatistics(alias=alias))
     return services
 
 

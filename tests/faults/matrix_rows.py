@@ -268,6 +268,11 @@ ROWS: tuple[Row, ...] = (
     Row("rollup: lock the mark", "db.ROLLUP_LOCK", "worker"),
     Row("rollup: write the mark row", "db.ROLLUP_MARK_INSERT", "worker"),
     Row("rollup: count finishes into minutes", "db.ROLLUP_MINUTES", "worker"),
+    # The statistics pass (db/statistics.py): every worker's maintenance loop; the tables
+    # are emptied per cell (TRUNCATE: never analysed), so the first pass with jobs in the
+    # table runs ANALYZE.
+    Row("statistics: read the jobs table's growth", "db.JOB_STATISTICS_AGE", "worker"),
+    Row("statistics: analyse the jobs table", "db.JOB_ANALYZE", "worker"),
     Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "db.JOB_INSERT", "driver", action="enqueue"),
     Row(
