@@ -7,7 +7,8 @@ Options are validated at decoration time, so a typo fails at import, not at 3am.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,25 @@ from django_pgjobs.validation import (
 
 #: ``JobDefinition.timeout`` when ``@job`` got no ``timeout``: the setting applies.
 UNSET_TIMEOUT = -1.0
+
+#: A row's ``timeout`` for ``.using(timeout=None)``: no limit, whatever ``@job`` or
+#: the setting says (NULL means "not given per call": those apply).
+NO_LIMIT = math.inf
+
+
+def stored_timeout(options: Mapping[str, Any]) -> float | None:
+    """The ``timeout`` column for a call's checked options: NULL when not given,
+    ``NO_LIMIT`` (Infinity) for an explicit ``None``."""
+    if "timeout" not in options:
+        return None
+    value: float | None = options["timeout"]
+    return NO_LIMIT if value is None else value
+
+
+def row_timeout(stored: float | None) -> float | None:
+    """A row's own limit: None when the row has none (NULL) or has no limit (Infinity)."""
+    return None if stored is None or math.isinf(stored) else stored
+
 
 JOB_OPTIONS = frozenset(
     {
@@ -70,7 +90,7 @@ class JobDefinition:
         """The limit of one run: the row's own (``.using(timeout=...)``), else the
         ``@job`` option, else ``PGJOBS["DEFAULT_TIMEOUT"]``."""
         if stored is not None:
-            return stored
+            return row_timeout(stored)
         if self.timeout != UNSET_TIMEOUT:
             return self.timeout
         return get_settings().DEFAULT_TIMEOUT

@@ -32,6 +32,7 @@ from django_pgjobs.db.job_insert import (
     job_insert,
 )
 from django_pgjobs.db.notify import JOB_NOTIFY_DUE
+from django_pgjobs.definition import stored_timeout
 from django_pgjobs.validation import (
     check_arguments,
     check_options,
@@ -193,9 +194,10 @@ def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> di
         "delay": delay,
         "max_attempts": max_attempts or get_settings().MAX_ATTEMPTS,
         "idempotency_key": options.get("idempotency_key"),
-        # Stored only when given per call; the worker falls back to the @job option
-        # and then to PGJOBS["DEFAULT_TIMEOUT"] (JobDefinition.effective_timeout).
-        "timeout": options.get("timeout"),
+        # Stored only when given per call (None as Infinity: no limit); else the
+        # worker falls back to the @job option, then PGJOBS["DEFAULT_TIMEOUT"]
+        # (JobDefinition.effective_timeout).
+        "timeout": stored_timeout(options),
         "unique_key": options.get("unique_key"),
         "workflow_id": CURRENT_BATCH.get(),
     }

@@ -73,7 +73,10 @@ class Job(models.Model):
     errors = StoredJSONField(db_default=models.Value([], models.JSONField()))
     last_error = models.TextField(null=True, blank=True)
     timeout = models.FloatField(
-        null=True, blank=True, help_text="seconds a run may take (empty: no limit)"
+        null=True,
+        blank=True,
+        help_text="seconds a run may take, given per call (empty: the @job's limit or "
+        "the default; Infinity: no limit)",
     )
     # Flow control (flow.py): computed at enqueue, read by the limited claim.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)

@@ -8,6 +8,7 @@ In-process, on the real database; faults are injected with Django's own
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import OperationalError, connection, connections
 
-from django_pgjobs import JobTimeout, claims, signals
+from django_pgjobs import JobTimeout, chain, claims, signals
 from django_pgjobs.db.claim import pending_queues
 from django_pgjobs.db.job_insert import JOB_INSERT
 from django_pgjobs.db.job_outcome import (
@@ -186,9 +187,26 @@ def test_timeout_options_are_validated_and_stored() -> None:
         Job.objects.enqueue("tests.testapp.jobs.noop", timeout=-1)
     assert Job.objects.count() == 2
     assert core_jobs.sleeps_past_timeout.definition.effective_timeout(None) == 1.0
+    assert core_jobs.sleeps_past_timeout.definition.effective_timeout(math.inf) is None
     assert core_jobs.sleeps_past_timeout.definition.effective_timeout(3.0) == 3.0
     assert jobs.noop.definition.effective_timeout(None) is None
     assert issubclass(JobTimeout, Exception)
+
+
+def test_a_per_call_timeout_of_none_is_stored_as_no_limit_on_every_enqueue_path() -> None:
+    # SPEC: None = no limit. NULL would mean "not given" (the @job's 1 s applies),
+    # so an explicit None is stored as Infinity, by every way a row is written.
+    unlimited = core_jobs.sleeps_past_timeout.using(timeout=None)
+    ids = [
+        unlimited.enqueue().id,
+        Job.objects.enqueue("tests.testapp.core_jobs.sleeps_past_timeout", timeout=None).id,
+        chain(unlimited.s(0.1), unlimited.si(0.1)).enqueue().jobs[0].id,
+    ]
+    assert unlimited.enqueue_many([(0.1,), (0.2,)]) == 2
+    stored = Job.objects.filter(task__endswith="sleeps_past_timeout").order_by("id")
+    assert [j.timeout for j in stored] == [math.inf] * 6
+    assert set(ids) < {j.id for j in stored}
+    assert core_jobs.sleeps_past_timeout.using(max_attempts=1).enqueue().timeout is None
 
 
 def test_default_timeout_setting_applies_to_jobs_without_their_own(settings: Any) -> None:

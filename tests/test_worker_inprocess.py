@@ -28,7 +28,7 @@ from django_pgjobs.states import JobStatus
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY, Worker
 from tests.conftest import run_burst_worker, wait_until
 from tests.rows import make_job
-from tests.testapp import jobs
+from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -293,6 +293,17 @@ def test_lost_lease_is_noticed_by_heartbeat_and_fenced(caplog: pytest.LogCapture
         }
     finally:
         signals.job_fenced.disconnect(on_fenced)
+
+
+def test_using_timeout_none_lifts_the_limit_of_the_job() -> None:
+    # @job(timeout=1): .using(timeout=None) runs without a limit, as the SPEC says.
+    unlimited = core_jobs.sleeps_past_timeout.using(timeout=None, max_attempts=1).enqueue(1.6)
+    limited = core_jobs.sleeps_past_timeout.using(max_attempts=1).enqueue(1.6)
+    run_burst(concurrency=2)
+    unlimited.refresh_from_db()
+    limited.refresh_from_db()
+    assert (unlimited.status, unlimited.result) == ("completed", "finished late")
+    assert limited.status == "dead" and "JobTimeout" in (limited.last_error or "")
 
 
 def test_max_jobs_stops_after_that_many_claims() -> None:

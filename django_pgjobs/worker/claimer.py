@@ -26,6 +26,7 @@ from django_pgjobs.claim_front import ClaimFront
 from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.job_outcome import job_dead_exhausted, job_heartbeat, job_release
 from django_pgjobs.db.notify import parse_payload
+from django_pgjobs.definition import row_timeout
 from django_pgjobs.throttle import Backoff
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.db_errors import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
@@ -300,7 +301,9 @@ class Claimer:
         entries: list[InFlight] = []
         for c in claimed:
             definition = registry.find(c.task)
-            timeout = definition.effective_timeout(c.timeout) if definition else c.timeout
+            timeout = (
+                definition.effective_timeout(c.timeout) if definition else row_timeout(c.timeout)
+            )
             is_async = bool(
                 runs.has_loop
                 and definition is not None
