@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -31,7 +32,9 @@ from django_pgjobs.db.job_outcome import (
 from django_pgjobs.errors import error_entry
 from django_pgjobs.models import Job
 from django_pgjobs.throttle import Backoff
+from django_pgjobs.worker import executor
 from django_pgjobs.worker.claimer import ClaimSize
+from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.executor import make_context
 from django_pgjobs.worker.heartbeat import Heartbeat, WorkerRow
 from django_pgjobs.worker.inflight import DONE, InFlight, InFlightTable
@@ -296,3 +299,27 @@ def test_a_stale_heartbeat_never_cancels_the_next_claim_of_the_same_job() -> Non
     # The run that did hold a lost lease is still cancelled, and reported once.
     assert table.lease_lost(second.id, second.lease) is second
     assert entry.context.is_cancelled()
+
+
+def test_a_stopping_worker_waits_for_outcomes_not_yet_on_the_completers_queue() -> None:
+    """A run the watchdog has just timed out (or a job thread has just finished) is no
+    longer running, but its outcome reaches the completer a moment later: until then
+    it is unsettled, so a stopping worker's drain waits for it instead of closing the
+    completer first (the fault suite's restart test lost a timeout that way: the job
+    stayed running, left to the reaper)."""
+    jobs.noop.enqueue()
+    jobs.noop.enqueue()
+    first, second = claims.claim(connection, worker="w", queues=None, n=2)
+    table = InFlightTable()
+    done = InFlight(first, make_context(first, "w"))
+    timed = InFlight(second, make_context(second, "w"), timeout=0.1)
+    table.add([done, timed])
+    assert table.start(done) and table.start(timed)
+    assert table.finish(done)
+    assert table.expire(time.monotonic() + 10) == [timed]
+    assert set(table.unsettled()) == {done, timed}
+    completer = Completer(table=table, counts={}, wake=lambda: None, worker_id="w", alias="default")
+    completer.put(done, executor.timed_out(first, 0.1, "w"))
+    assert table.unsettled() == [timed]
+    completer.put(timed, executor.timed_out(second, 0.1, "w"))
+    assert table.unsettled() == []

@@ -337,9 +337,9 @@ class Claimer:
             self._wakeup.wait(0.05)
             self._wakeup.clear()
             if not self.table.unsettled():
-                break  # only outcomes waiting for the completer are left
-        leftovers = self.table.unsettled()
-        self.release(connection, self.take_back(runs, leftovers))
+                break  # only outcomes on the completer's queue are left
+        leftovers = self.take_back(runs, self.table.unsettled())
+        self.release(connection, leftovers)
         return not leftovers
 
     def take_back(self, runs: JobRuns, entries: list[InFlight]) -> list[InFlight]:

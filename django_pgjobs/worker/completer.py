@@ -69,6 +69,7 @@ class Completer:
 
     def put(self, entry: InFlight, outcome: Outcome) -> None:
         self._done.put((entry, outcome))
+        entry.handed = True  # after the put: a stopping worker waits for this (drain)
 
     def run_over(self, entry: InFlight) -> None:
         """A run given up on (timed out) has really ended: its thread returned."""

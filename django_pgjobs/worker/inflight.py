@@ -54,6 +54,11 @@ class InFlight:
     #: the run given up on has really ended. Both: the slot is given back.
     written_off: bool = False
     run_over: bool = False
+    #: Its outcome is on the completer's queue. Set after the put: between ``finish``
+    #: (or ``expire``) and the hand-over the entry is done but its outcome is nowhere
+    #: yet, and a worker stopping then must wait for it (``unsettled``), or the
+    #: completer could close before it and leave the job to the reaper.
+    handed: bool = False
 
 
 class InFlightTable:
@@ -179,9 +184,14 @@ class InFlightTable:
             return [e for e in self._entries.values() if e.is_async and e.state == QUEUED]
 
     def unsettled(self) -> list[InFlight]:
-        """Jobs queued or running: not yet handed to the completer."""
+        """Jobs queued or running, or done or timed out with their outcome not yet on
+        the completer's queue."""
         with self._lock:
-            return [e for e in self._entries.values() if e.state in (QUEUED, RUNNING)]
+            return [
+                e
+                for e in self._entries.values()
+                if e.state in (QUEUED, RUNNING) or (e.state in (DONE, TIMED_OUT) and not e.handed)
+            ]
 
     def leases(self) -> list[tuple[int, int]]:
         """(job id, lease) of every job in flight: what the heartbeat refreshes."""

@@ -199,14 +199,15 @@ class Worker:
             worker_id=self.id,
         )
         stop = self._threads_stop
+        watchdog = threading.Thread(
+            target=self.watchdog.run, args=(stop,), name="pgjobs-watchdog", daemon=True
+        )
         helpers: list[threading.Thread] = [
             threading.Thread(target=self.completer.run, name="pgjobs-completer", daemon=True),
             threading.Thread(
                 target=self.heartbeat.run, args=(stop,), name="pgjobs-heartbeat", daemon=True
             ),
-            threading.Thread(
-                target=self.watchdog.run, args=(stop,), name="pgjobs-watchdog", daemon=True
-            ),
+            watchdog,
         ]
         if self.listen:
             helpers.append(Listener(self.alias, self.claimer.on_notify, stop))
@@ -221,6 +222,10 @@ class Worker:
             clean = self.claimer.drain(runs)
         finally:
             stop.set()
+            # The watchdog before the completer closes: a run it has just timed out is
+            # settled (the drain stops waiting for it) a moment before its failure
+            # reaches the completer, and a closed completer would leave it to the reaper.
+            self._join([watchdog])
             self.completer.close()
             # Every helper first: a heartbeat still running could re-create the
             # Worker row deleted below (the heartbeat process too).
