@@ -17,9 +17,18 @@ due pending job it could see in its queues, so what is left below the run_at of
 the oldest job it took (less ``SLACK``) is a job whose enqueue had not committed
 yet, or one another worker had locked. The first kind announces itself: a single
 enqueue's NOTIFY carries its ``run_at`` and lowers the bound (``heard``); any other
-NOTIFY, or a reconnected LISTEN, clears it. For everything else (LISTEN off, a
-notification lost, rows another worker's claim locked and gave back) the worker
-claims from the start of the index every ``sweep_every`` seconds.
+NOTIFY, or a reconnected LISTEN, clears it. For everything else (a notification
+lost, rows another worker's claim locked and gave back, a row written without
+``pgjobs_enqueue``) a worker with LISTEN and maintenance probes every
+``PROBE_EVERY`` seconds, on its maintenance thread, for a pending job before the
+bound (``maintenance/front_probe.py``) and lowers the bound to it (``probed``). The
+probe walks the same dead entries a claim from the start of the index would, but no
+claim waits for it: under a held xmin horizon that walk grew to a few hundred
+milliseconds, and the claim that did it every 10 s delayed every job enqueued
+meanwhile. A claim still reads the whole index when no probe has begun for
+``UNPROBED_AFTER`` seconds (the maintenance thread failing or held up), and every
+``SWEEP_EVERY`` seconds in a worker that does not probe (no maintenance; without
+LISTEN, every poll).
 """
 
 from __future__ import annotations
@@ -32,8 +41,13 @@ from datetime import datetime, timedelta
 #: Below the oldest job a claim took, how far the bound stays back: an enqueue that
 #: commits this long after its statement began (its ``run_at``) is still found.
 SLACK = timedelta(seconds=1)
-#: A worker with LISTEN claims from the start of the index this often (seconds);
-#: without LISTEN, every POLL_INTERVAL.
+#: A worker with LISTEN and maintenance probes for jobs before its bound this often
+#: (seconds; maintenance/front_probe.py)...
+PROBE_EVERY = 10.0
+#: ... and its claims read the whole index only when no probe has begun for this long.
+UNPROBED_AFTER = 2 * PROBE_EVERY
+#: A worker with LISTEN and no maintenance claims from the start of the index this
+#: often (seconds); without LISTEN, every POLL_INTERVAL.
 SWEEP_EVERY = 10.0
 
 
@@ -76,6 +90,21 @@ class ClaimFront:
             if self._claiming:  # may have committed after the claim's snapshot
                 self._heard_low = low if not self._heard_in_claim else _lower(self._heard_low, low)
                 self._heard_in_claim = True
+
+    def probe_begins(self) -> tuple[datetime | None, float]:
+        """A probe starts: the bound to probe below (None: nothing to probe, the next
+        claim reads the whole index) and the moment, for ``probed``."""
+        with self._lock:
+            return self._since, self._clock()
+
+    def probed(self, oldest: datetime | None, began: float) -> None:
+        """The probe that began at ``began`` found ``oldest``, the oldest ``run_at`` of
+        a pending job before the bound (None: none). Every job committed before it
+        began is now at or past the bound, so the claims need not sweep for them."""
+        if oldest is not None:
+            self.heard(oldest)
+        with self._lock:
+            self._swept = max(self._swept, began)
 
     def claimed(self, run_ats: Sequence[datetime], asked: int) -> None:
         """The claim that asked for ``asked`` jobs took these (their ``run_at``)."""

@@ -350,6 +350,12 @@ class FlowState:
         filtered = limited or self.skew_seen or self.known_only
         return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
 
+    def probe_scope(self) -> tuple[list[str] | None, tuple[str, ...] | None]:
+        """What the claims cover, for the claim front's probe: the worker's queues
+        (None: every queue) and, when its claims filter by task, its tasks."""
+        filtered = self.keyed or self.skew_seen or self.known_only
+        return self.queues, (self.tasks if filtered else None)
+
     def _pending_queues(self, connection: BaseDatabaseWrapper, since: datetime | None) -> list[str]:
         now = time.monotonic()
         pending = self.pending

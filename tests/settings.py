@@ -21,6 +21,12 @@ import django
 
 from tests.dbrig import UNCHOSEN_ENGINE, database_config
 
+if os.environ.get("PGJOBS_TEST_PROBE_EVERY"):
+    # The fault matrix's claim-front rows: the worker's probe often enough to fault.
+    from django_pgjobs import claim_front
+
+    claim_front.PROBE_EVERY = float(os.environ["PGJOBS_TEST_PROBE_EVERY"])
+
 SECRET_KEY = "django-pgjobs-tests"
 DEBUG = False
 USE_TZ = True

@@ -3,23 +3,27 @@ entries of the jobs it already claimed, and never past a job that is pending and
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 
-from django_pgjobs import claims
-from django_pgjobs.claim_front import SLACK, ClaimFront
+from django_pgjobs import claim_front, claims
+from django_pgjobs.claim_front import SLACK, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.db.claim import pending_queues
+from django_pgjobs.db.claim_front import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
 from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.flow import FlowState
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker
 from tests.conftest import dsn, wait_until
+from tests.test_perf_plans import HISTORY, _fill, _plan
 from tests.testapp import jobs
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -93,6 +97,42 @@ def test_the_whole_index_is_read_every_sweep() -> None:
     assert front.bound() is None
     clock.now = 15.0
     assert front.bound() == at(0) - SLACK
+
+
+def test_a_probe_lowers_the_bound_to_what_it_found_and_stands_in_for_the_sweep() -> None:
+    clock = Clock()
+    front = ClaimFront(sweep_every=20.0, clock=clock)
+    assert front.bound() is None
+    front.claimed([at(100)], asked=2)
+    clock.now = 15.0
+    since, began = front.probe_begins()
+    assert (since, began) == (at(100) - SLACK, 15.0)
+    front.probed(None, began)  # nothing before the bound
+    assert front.since() == at(100) - SLACK
+    clock.now = 30.0  # 20 s since the first claim, 15 since the probe began
+    assert front.bound() == at(100) - SLACK
+    since, began = front.probe_begins()
+    front.probed(at(40), began)  # a job nobody announced
+    assert front.since() == at(40) - SLACK
+    clock.now = 50.0  # no probe for 20 s: the claim reads the whole index again
+    assert front.bound() is None
+
+
+def test_a_probe_while_a_claim_runs_is_not_lost_when_the_claim_reports() -> None:
+    front = ClaimFront(sweep_every=1e9)
+    front.bound()
+    front.claimed([at(100)], asked=2)
+    front.bound()  # a claim starts...
+    _, began = front.probe_begins()
+    front.probed(at(60), began)  # ...the probe finds an older job meanwhile...
+    front.claimed([at(200)], asked=2)  # ...and the claim, which did not see it, reports
+    assert front.since() == at(60) - SLACK
+
+
+def test_a_probe_without_a_bound_reads_nothing() -> None:
+    front = ClaimFront(sweep_every=20.0)
+    since, _ = front.probe_begins()
+    assert since is None
 
 
 @pytest.mark.parametrize(
@@ -237,3 +277,92 @@ def test_a_job_behind_the_bound_that_nobody_announced_runs_at_the_next_sweep(
         ).fetchone()
     assert row is not None
     wait_until(lambda: _status(row[0]) == "completed", timeout=25, message="the sweep to find it")
+
+
+@pytest.fixture
+def probing_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
+    """A worker whose maintenance runs the claim front's probe alone, every 0.3 s."""
+    monkeypatch.setattr(claim_front, "PROBE_EVERY", 0.3)
+    worker = Worker(queues=["front"], services=[], concurrency=2, poll_interval=0.2)
+    worker.flow.keyed = False  # as in worker_thread
+    assert [s.name for s in worker.services] == ["claim front"]
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_behind_the_bound_that_nobody_announced_is_found_by_the_probe(
+    probing_worker: Worker,
+) -> None:
+    """The same row as above, found by the maintenance thread's probe: within a few of
+    its intervals, long before the claims' own sweep (UNPROBED_AFTER, 20 s) is due."""
+    front = probing_worker.claimer.front
+    assert front is not None and front.sweep_every == UNPROBED_AFTER
+    since = _advanced(probing_worker)
+    with psycopg.connect(dsn(), autocommit=True) as other:
+        row = other.execute(
+            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
+            " VALUES ('tests.testapp.jobs.noop', 'front', 0, '[]', '{}', 3, %s) RETURNING id",
+            [since - timedelta(minutes=5)],
+        ).fetchone()
+        # A pending job of another queue before the bound is not this worker's.
+        other.execute(
+            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
+            " VALUES ('tests.testapp.jobs.noop', 'not-front', 0, '[]', '{}', 3, %s)",
+            [since - timedelta(minutes=9)],
+        )
+    assert row is not None
+    wait_until(lambda: _status(row[0]) == "completed", timeout=8, message="the probe to find it")
+    # The bound went back to the job found, not to the other queue's older one.
+    wait_until(lambda: front.since() is not None, message="the bound to move again")
+    assert probing_worker.counts["completed"] == 4
+
+
+@pytest.mark.django_db
+def test_the_probe_reads_the_jobs_of_the_workers_queues_and_tasks() -> None:
+    """FRONT_PROBE_*: the oldest pending run_at before the bound, in scope."""
+    old = jobs.noop.using(queue="front", run_at=at(-60)).enqueue()
+    jobs.noop.using(queue="front", run_at=at(-30)).enqueue()
+    jobs.noop.using(queue="elsewhere", run_at=at(-90)).enqueue()
+    jobs.add.using(queue="front", run_at=at(-120)).enqueue(1, 2)
+    late = jobs.noop.using(queue="front", run_at=at(10)).enqueue()
+    Job.objects.filter(id=old.id).update(status="completed", finished_at=at(0))
+    noop, add = jobs.noop.definition.name, jobs.add.definition.name
+    assert front_probe(connection, at(0), ["front"], None) == at(-120)
+    assert front_probe(connection, at(0), ["front"], [noop]) == at(-30)
+    assert front_probe(connection, at(0), None, [noop]) == at(-90)
+    assert front_probe(connection, at(0), None, [noop, add]) == at(-120)
+    assert front_probe(connection, at(-200), None, None) is None
+    assert front_probe(connection, at(-30), ["front"], [noop]) is None  # strictly before
+    Job.objects.filter(run_at__lt=at(0)).update(status="cancelled", finished_at=at(0))
+    assert front_probe(connection, at(20), ["front"], [noop]) == late.run_at
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [None, ["default"]], ids=["every-queue", "one-queue"])
+def test_the_probe_checks_its_bound_on_the_claim_index_entries(queues: list[str] | None) -> None:
+    """The probe reads the claim index and checks ``run_at < since`` on its entries, so
+    the live backlog behind the bound costs no visit to its rows; history never. (The
+    planner takes a bitmap scan here: it visits the rows found in page order.)"""
+    _fill(HISTORY, 1000)
+    statement = FRONT_PROBE_ALL if queues is None else FRONT_PROBE_QUEUES
+    params = {"since": datetime.now(UTC) - timedelta(minutes=5), "queues": queues, "tasks": None}
+    plan = json.loads(_plan(statement, params))
+    scans = _index_scans(plan[0]["Plan"])
+    assert [s["Index Name"] for s in scans] == ["pgjobs_job_claim_idx"], plan
+    # An index scan or a bitmap scan (which then visits the rows found in page order).
+    assert "run_at <" in scans[0]["Index Cond"], plan
+    assert '"Seq Scan"' not in json.dumps(plan), plan
+
+
+def _index_scans(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node] if "Index Name" in node else []
+    for child in node.get("Plans", []):
+        found += _index_scans(child)
+    return found

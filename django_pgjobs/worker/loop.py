@@ -33,8 +33,9 @@ from collections.abc import Sequence
 from django.db import connections
 
 from django_pgjobs import flow, registry
-from django_pgjobs.claim_front import SWEEP_EVERY, ClaimFront
+from django_pgjobs.claim_front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.conf import get_settings
+from django_pgjobs.maintenance.front_probe import FrontProbe
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
 from django_pgjobs.worker.claimer import Claimer, ClaimSize
 from django_pgjobs.worker.completer import Completer
@@ -110,7 +111,19 @@ class Worker:
         poll = conf.POLL_INTERVAL if poll_interval is None else poll_interval
         # Claims start past the jobs already claimed (claim_front.py); not in burst
         # mode, whose empty claim ends the run: that claim reads the whole index.
-        front = None if burst else ClaimFront(SWEEP_EVERY if self.listen else poll)
+        # With LISTEN and maintenance, a probe on the maintenance thread finds the jobs
+        # before the bound that no NOTIFY announced, instead of a claim every 10 s.
+        probing = maintenance and self.listen and not burst
+        front = (
+            None
+            if burst
+            else ClaimFront(UNPROBED_AFTER if probing else SWEEP_EVERY if self.listen else poll)
+        )
+        if probing and front is not None:
+            self.services = [
+                *self.services,
+                FrontProbe(front=front, scope=self.flow.probe_scope, alias=self.alias),
+            ]
         self.claimer = Claimer(
             worker_id=self.id,
             alias=self.alias,

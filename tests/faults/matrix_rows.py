@@ -120,6 +120,9 @@ class Row:
         return self.label.replace(" ", "-").replace(":", "").replace("(", "").replace(")", "")
 
 
+#: The claim front's probe every 0.3 s (tests/settings.py), so a cell sees it fire.
+PROBE_ENV = (("PGJOBS_TEST_PROBE_EVERY", "0.3"),)
+
 ROWS: tuple[Row, ...] = (
     # A worker of every queue reads the queues with pending jobs, then claims from
     # them by name (JOB_CLAIM_ONE_QUEUE here: the workload has one queue).
@@ -273,6 +276,23 @@ ROWS: tuple[Row, ...] = (
     # table runs ANALYZE.
     Row("statistics: read the jobs table's growth", "db.JOB_STATISTICS_AGE", "worker"),
     Row("statistics: analyse the jobs table", "db.JOB_ANALYZE", "worker"),
+    # The claim front's probe (db/claim_front.py): every worker's maintenance loop, once
+    # its claims have a bound (a claim that took fewer jobs than it asked for: more than
+    # one slot); every 0.3 s here instead of 10 (tests/settings.py).
+    Row(
+        "claim front: probe before the bound, every queue",
+        "db.FRONT_PROBE_ALL",
+        "worker",
+        args=("--concurrency", "4"),
+        env=PROBE_ENV,
+    ),
+    Row(
+        "claim front: probe before the bound, one queue",
+        "db.FRONT_PROBE_QUEUES",
+        "worker",
+        args=("--queues", "default", "--concurrency", "4"),
+        env=PROBE_ENV,
+    ),
     Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "db.JOB_INSERT", "driver", action="enqueue"),
     Row(

@@ -326,6 +326,8 @@ def test_matrix_covers_every_statement(
     own_workload = {
         "db.JOB_CLAIM_ONE_QUEUE",
         "db.JOB_CLAIM_QUEUES",
+        "db.FRONT_PROBE_ALL",  # every 10 s, once a claim set a bound
+        "db.FRONT_PROBE_QUEUES",
         "db.JOB_TIMED_OUT",
         "db.HELD_SLOT_FREE",
         "db.JOB_DEAD_EXHAUSTED",
