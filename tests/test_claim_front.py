@@ -220,7 +220,13 @@ def test_the_queue_list_starts_at_the_bound_and_is_read_again_for_an_earlier_one
 
 @pytest.fixture
 def worker_thread() -> Iterator[Worker]:
-    worker = Worker(queues=["front"], maintenance=False, concurrency=2, poll_interval=0.2)
+    yield from _running(
+        Worker(queues=["front"], maintenance=False, concurrency=2, poll_interval=0.2)
+    )
+
+
+def _running(worker: Worker) -> Iterator[Worker]:
+    """``worker`` run in a thread of the test, stopped afterwards."""
     # The test app registers tasks with a concurrency key, which send every claim
     # through the limited claim (it ranks every pending job and takes no bound); a
     # site without them claims like this.
@@ -284,16 +290,8 @@ def probing_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
     """A worker whose maintenance runs the claim front's probe alone, every 0.3 s."""
     monkeypatch.setattr(claim_front, "PROBE_EVERY", 0.3)
     worker = Worker(queues=["front"], services=[], concurrency=2, poll_interval=0.2)
-    worker.flow.keyed = False  # as in worker_thread
     assert [s.name for s in worker.services] == ["claim front"]
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.request_stop()
-        thread.join(30)
-        assert not thread.is_alive()
+    yield from _running(worker)
 
 
 @pytest.mark.django_db(transaction=True)
