@@ -275,14 +275,20 @@ def test_a_job_behind_the_bound_that_nobody_announced_runs_at_the_next_sweep(
     """A row written without a NOTIFY that says when (raw SQL here, with no NOTIFY at
     all) is found when the worker reads the whole index again."""
     since = _advanced(worker_thread)
+    job_id = _unannounced("front", since - timedelta(minutes=5))
+    wait_until(lambda: _status(job_id) == "completed", timeout=25, message="the sweep to find it")
+
+
+def _unannounced(queue: str, run_at: datetime) -> int:
+    """A pending no-op job inserted by hand: no NOTIFY at all."""
     with psycopg.connect(dsn(), autocommit=True) as other:
         row = other.execute(
             f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
-            " VALUES ('tests.testapp.jobs.noop', 'front', 0, '[]', '{}', 3, %s) RETURNING id",
-            [since - timedelta(minutes=5)],
+            " VALUES ('tests.testapp.jobs.noop', %s, 0, '[]', '{}', 3, %s) RETURNING id",
+            [queue, run_at],
         ).fetchone()
     assert row is not None
-    wait_until(lambda: _status(row[0]) == "completed", timeout=25, message="the sweep to find it")
+    return int(row[0])
 
 
 @pytest.fixture
@@ -303,23 +309,13 @@ def test_a_job_behind_the_bound_that_nobody_announced_is_found_by_the_probe(
     front = probing_worker.claimer.front
     assert front is not None and front.sweep_every == UNPROBED_AFTER
     since = _advanced(probing_worker)
-    with psycopg.connect(dsn(), autocommit=True) as other:
-        row = other.execute(
-            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
-            " VALUES ('tests.testapp.jobs.noop', 'front', 0, '[]', '{}', 3, %s) RETURNING id",
-            [since - timedelta(minutes=5)],
-        ).fetchone()
-        # A pending job of another queue before the bound is not this worker's.
-        other.execute(
-            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
-            " VALUES ('tests.testapp.jobs.noop', 'not-front', 0, '[]', '{}', 3, %s)",
-            [since - timedelta(minutes=9)],
-        )
-    assert row is not None
-    wait_until(lambda: _status(row[0]) == "completed", timeout=8, message="the probe to find it")
-    # The bound went back to the job found, not to the other queue's older one.
+    job_id = _unannounced("front", since - timedelta(minutes=5))
+    # A pending job of another queue before the bound is not this worker's.
+    elsewhere = _unannounced("not-front", since - timedelta(minutes=9))
+    wait_until(lambda: _status(job_id) == "completed", timeout=8, message="the probe to find it")
     wait_until(lambda: front.since() is not None, message="the bound to move again")
     assert probing_worker.counts["completed"] == 4
+    assert _status(elsewhere) == "pending"
 
 
 @pytest.mark.django_db
