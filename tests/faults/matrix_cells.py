@@ -18,6 +18,7 @@ from tests.faults.matrix_rows import (
     LISTENER_POLL,
     NOTIFY_DEADLINE,
     PAUSED,
+    PERIODIC_DEADLINE,
     PROPAGATION,
     PULSE_STALE_AFTER,
     STEP,
@@ -42,6 +43,12 @@ def run_worker_cell(s: Scenario) -> dict[str, str]:
     )
     if not settled:
         s.notes.append("workload did not settle")
+    if s.row.periodic:
+        # Its pass runs every few seconds (the statistics pass every 5 s, and the first
+        # one within a second of the start, which a loaded box may delay past the
+        # workload's end): wait for it. Not firing is then reported by "fired".
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: s.fired(), timeout=PERIODIC_DEADLINE, message="the pass")
     slots = s.slots_back()
     fresh = s.fresh_job_completes()
     stop(s, worker)

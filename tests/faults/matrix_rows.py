@@ -24,6 +24,9 @@ SETTLE_DEADLINE = 12.0
 #: each a Python start-up, and a reclaim after STALE_AFTER: at a loaded CI box's speed
 #: (a third of a quiet one) it once took longer than SETTLE_DEADLINE.
 SUSPECT_SETTLE_DEADLINE = 30.0
+#: How long a worker cell of a periodic pass's statement waits for its fault to fire
+#: (the statistics pass runs every 5 s, with a tenth of jitter).
+PERIODIC_DEADLINE = 15.0
 
 INVARIANTS = (
     ("fired", "the fault was injected"),
@@ -114,6 +117,10 @@ class Row:
     # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
     # of the connection dropping before the COMMIT)
     at_commit: bool = False
+    # a periodic pass's statement (every few seconds): the worker cell waits for the
+    # fault to fire (up to PERIODIC_DEADLINE) before it stops the worker, instead of
+    # hoping a pass fell inside the workload's few seconds
+    periodic: bool = False
 
     @property
     def id(self) -> str:
@@ -274,8 +281,13 @@ ROWS: tuple[Row, ...] = (
     # The statistics pass (db/statistics.py): every worker's maintenance loop; the tables
     # are emptied per cell (TRUNCATE: never analysed), so the first pass with jobs in the
     # table runs ANALYZE.
-    Row("statistics: read the jobs table's growth", "db.JOB_STATISTICS_AGE", "worker"),
-    Row("statistics: analyse the jobs table", "db.JOB_ANALYZE", "worker"),
+    Row(
+        "statistics: read the jobs table's growth",
+        "db.JOB_STATISTICS_AGE",
+        "worker",
+        periodic=True,
+    ),
+    Row("statistics: analyse the jobs table", "db.JOB_ANALYZE", "worker", periodic=True),
     # The claim front's probe (db/claim_front.py): every worker's maintenance loop, once
     # its claims have a bound (a claim that took fewer jobs than it asked for: more than
     # one slot); every 0.3 s here instead of 10 (tests/settings.py).
@@ -285,6 +297,7 @@ ROWS: tuple[Row, ...] = (
         "worker",
         args=("--concurrency", "4"),
         env=PROBE_ENV,
+        periodic=True,
     ),
     Row(
         "claim front: probe before the bound, one queue",
@@ -292,6 +305,7 @@ ROWS: tuple[Row, ...] = (
         "worker",
         args=("--queues", "default", "--concurrency", "4"),
         env=PROBE_ENV,
+        periodic=True,
     ),
     Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "db.JOB_INSERT", "driver", action="enqueue"),
