@@ -347,14 +347,17 @@ class FlowState:
                 # Pause alone needs no lock: leave the paused queues out of the list.
                 paused = {q.name for q in in_scope if q.paused}
                 queues = [q for q in queues if q not in paused]
-        filtered = limited or self.skew_seen or self.known_only
-        return {"queues": queues, "tasks": self.tasks if filtered else None, "limited": limited}
+        return {"queues": queues, "tasks": self._task_filter(limited), "limited": limited}
+
+    def _task_filter(self, limited: bool) -> tuple[str, ...] | None:
+        """The tasks a claim is restricted to (None: any task): a limited claim's, and
+        every claim's once a job of an unknown task was seen or when told so."""
+        return self.tasks if limited or self.skew_seen or self.known_only else None
 
     def probe_scope(self) -> tuple[list[str] | None, tuple[str, ...] | None]:
         """What the claims cover, for the claim front's probe: the worker's queues
         (None: every queue) and, when its claims filter by task, its tasks."""
-        filtered = self.keyed or self.skew_seen or self.known_only
-        return self.queues, (self.tasks if filtered else None)
+        return self.queues, self._task_filter(self.keyed)
 
     def _pending_queues(self, connection: BaseDatabaseWrapper, since: datetime | None) -> list[str]:
         now = time.monotonic()

@@ -235,9 +235,10 @@ class Worker:
             clean = self.claimer.drain(runs)
         finally:
             stop.set()
-            # The watchdog before the completer closes: a run it has just timed out is
-            # settled (the drain stops waiting for it) a moment before its failure
-            # reaches the completer, and a closed completer would leave it to the reaper.
+            # The watchdog before the completer closes: the drain waits for an outcome
+            # not yet on the completer's queue (InFlight.handed) only until its
+            # deadline, and a timeout the watchdog hands over after the close would be
+            # left to the reaper.
             self._join([watchdog])
             self.completer.close()
             # Every helper first: a heartbeat still running could re-create the
