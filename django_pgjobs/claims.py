@@ -25,6 +25,7 @@ from django_pgjobs.db.claim import (
     UNBOUNDED,
     Claimed,
     claim_all,
+    claim_levels,
     claim_one_queue,
     claim_queues,
     job_claim,
@@ -70,10 +71,10 @@ def compile_claims(connection: BaseDatabaseWrapper) -> dict[str, str]:
 
     offline = _offline(connection)
 
-    def picked(queue: Any, known: bool, *columns: str) -> str:
+    def picked(queue: Any, known: bool, *columns: str, priority: Any = None) -> str:
         tasks = StatementParam("tasks") if known else None
         since = StatementParam("since", DateTimeField())
-        queryset = Job.objects.claimable(queue, tasks=tasks, since=since)
+        queryset = Job.objects.claimable(queue, tasks=tasks, since=since, priority=priority)
         queryset = queryset.values(*columns)[:_LIMIT_MARK]
         text, params = queryset.query.get_compiler(connection=offline).as_sql()
         return _named(text, params)
@@ -86,6 +87,10 @@ def compile_claims(connection: BaseDatabaseWrapper) -> dict[str, str]:
         )
         out["JOB_CLAIM_QUEUES" + suffix] = claim_queues(lateral)
         out["JOB_CLAIM_ALL" + suffix] = claim_all(lateral)
+        by_level = picked(
+            RawSQL("qs.name", ()), known, "id", "priority", "run_at", priority=RawSQL("lv.p", ())
+        )
+        out["JOB_CLAIM_LEVELS" + suffix] = claim_levels(by_level)
     return {name: out[name] for name in CLAIM_STATEMENTS}
 
 
@@ -147,6 +152,7 @@ def claim(
     tasks: Sequence[str] | None = None,
     limited: bool = False,
     since: datetime | None = None,
+    levels: Sequence[int] | None = None,
 ) -> list[Claimed]:
     """Claim up to ``n`` due jobs (``queues=None``: every queue) in one round trip:
     the rows of ``Job.objects.claimable(queues, tasks=tasks, since=since)``, marked
@@ -157,6 +163,8 @@ def claim(
     concurrency key (see ``flow.FlowState``): take the serialised limited claim.
     ``since``: only jobs with ``run_at >= since`` (``claim_front.py``; not the
     limited claim, which ranks every pending job of its queues).
+    ``levels``: with ``since`` and named queues, only jobs of these priorities, each
+    level's scan seeking to the bound (``JOB_CLAIM_LEVELS``; ``claim_front.py``).
     """
     if limited:
         if isinstance(connection, psycopg.Connection):
@@ -167,7 +175,11 @@ def claim(
     known = tasks is not None
     if known:
         params["tasks"] = task_array(tuple(tasks or ()))
-    if queues is None:
+    if levels is not None and since is not None and queues is not None:
+        statement = statements["JOB_CLAIM_LEVELS_KNOWN" if known else "JOB_CLAIM_LEVELS"]
+        params["queues"] = list(queues)
+        params["levels"] = list(levels)
+    elif queues is None:
         statement = statements["JOB_CLAIM_ALL_KNOWN" if known else "JOB_CLAIM_ALL"]
     elif len(queues) == 1:
         statement = statements["JOB_CLAIM_ONE_QUEUE_KNOWN" if known else "JOB_CLAIM_ONE_QUEUE"]
@@ -185,6 +197,8 @@ if TYPE_CHECKING:
     JOB_CLAIM_ONE_QUEUE_KNOWN: str
     JOB_CLAIM_QUEUES_KNOWN: str
     JOB_CLAIM_ALL_KNOWN: str
+    JOB_CLAIM_LEVELS: str
+    JOB_CLAIM_LEVELS_KNOWN: str
 else:
 
     def __getattr__(name: str) -> str:

@@ -415,7 +415,10 @@ def enqueue_batch(
             rows = [(*row, run_at) for row in rows]
         for start in range(0, len(rows), BULK_BATCH):
             _copy_rows(cursor, JOB_COPY.format(columns=columns), rows[start : start + BULK_BATCH])
-        cursor.execute(JOB_NOTIFY_DUE, {"queue": opts["queue"], "run_at": run_at})
+        cursor.execute(
+            JOB_NOTIFY_DUE,
+            {"queue": opts["queue"], "run_at": run_at, "priority": opts["priority"]},
+        )
     return len(rows)
 
 

@@ -400,9 +400,13 @@ class FlowState:
         elif front is None or options["limited"]:
             claimed = claims.claim(connection, worker=worker, n=n, **options)
         else:
-            claimed = claims.claim(connection, worker=worker, n=n, since=since, **options)
+            levels = front.levels()
+            claimed = claims.claim(
+                connection, worker=worker, n=n, since=since, levels=levels, **options
+            )
             # Every row the claim took, before unknown tasks are given back below.
-            front.claimed([c.run_at for c in claimed if c.run_at is not None], n)
+            run_ats = [c.run_at for c in claimed if c.run_at is not None]
+            front.claimed(run_ats, n, [c.priority for c in claimed])
         if not claimed and self.queues is None and not self.notified:
             self.pending = None  # no NOTIFY announces a new queue: read the list again
         if claimed and options["tasks"] is None:

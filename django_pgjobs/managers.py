@@ -88,6 +88,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         *,
         tasks: Sequence[str] | StatementParam | None = None,
         since: datetime | StatementParam | None = None,
+        priority: int | Expression | None = None,
     ) -> JobQuerySet:
         """The jobs a worker claims next, best first: due (``run_at <= now()``, see
         ``TransactionNow``) pending jobs of ``queues``
@@ -103,10 +104,13 @@ class JobQuerySet(models.QuerySet["Job"]):
         (...)``: see ``db/claim.py`` on how the planner estimates the two.
         ``since``: only jobs with ``run_at >= since``, an index condition that skips
         the entries of jobs already claimed without reading their rows
-        (``claim_front.py``)."""
+        (``claim_front.py``). ``priority``: only jobs of this priority; with ``since``,
+        the scan seeks straight to the bound in that priority's part of the index."""
         qs = self.filter(status=JobStatus.PENDING, run_at__lte=TransactionNow())
         if since is not None:
             qs = qs.filter(run_at__gte=since)
+        if priority is not None:
+            qs = qs.filter(priority=priority)
         if isinstance(queues, str | Expression):
             qs = qs.filter(queue=queues)
         elif queues is not None:

@@ -17,7 +17,7 @@ from django_pgjobs import claim_front, claims
 from django_pgjobs.claim_front import SLACK, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.db.claim import pending_queues
 from django_pgjobs.db.claim_front import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
-from django_pgjobs.db.notify import parse_payload
+from django_pgjobs.db.notify import Payload, parse_payload
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.flow import FlowState
 from django_pgjobs.models import Job
@@ -138,15 +138,21 @@ def test_a_probe_without_a_bound_reads_nothing() -> None:
 @pytest.mark.parametrize(
     ("payload", "parsed"),
     [
-        ("emails", ("emails", None)),
-        ("", ("", None)),
-        ("pgjobs:queues", ("pgjobs:queues", None)),
-        ("emails,1796300000000000", ("emails", datetime.fromtimestamp(1796300000, tz=UTC))),
-        ("emails,-1000000", ("emails", datetime.fromtimestamp(-1, tz=UTC))),
-        ("emails,x", ("emails,x", None)),
+        ("emails", Payload("emails")),
+        ("", Payload("")),
+        ("pgjobs:queues", Payload("pgjobs:queues")),
+        ("emails,1796300000000000", Payload("emails", datetime.fromtimestamp(1796300000, tz=UTC))),
+        ("emails,-1000000", Payload("emails", datetime.fromtimestamp(-1, tz=UTC))),
+        (
+            "emails,1796300000000000,-7",
+            Payload("emails", datetime.fromtimestamp(1796300000, tz=UTC), -7),
+        ),
+        ("emails,x", Payload("emails,x")),
+        ("emails,1796300000000000,x", Payload("emails,1796300000000000,x")),
+        ("a,1,2,3", Payload("a,1,2,3")),
     ],
 )
-def test_payloads(payload: str, parsed: tuple[str, datetime | None]) -> None:
+def test_payloads(payload: str, parsed: Payload) -> None:
     assert parse_payload(payload) == parsed
 
 
@@ -328,14 +334,18 @@ def test_the_probe_reads_the_jobs_of_the_workers_queues_and_tasks() -> None:
     late = jobs.noop.using(queue="front", run_at=at(10)).enqueue()
     Job.objects.filter(id=old.id).update(status="completed", finished_at=at(0))
     noop, add = jobs.noop.definition.name, jobs.add.definition.name
-    assert front_probe(connection, at(0), ["front"], None) == at(-120)
-    assert front_probe(connection, at(0), ["front"], [noop]) == at(-30)
-    assert front_probe(connection, at(0), None, [noop]) == at(-90)
-    assert front_probe(connection, at(0), None, [noop, add]) == at(-120)
-    assert front_probe(connection, at(-200), None, None) is None
-    assert front_probe(connection, at(-30), ["front"], [noop]) is None  # strictly before
+
+    def oldest(since: datetime, queues: list[str] | None, tasks: list[str] | None) -> Any:
+        return front_probe(connection, since, queues, tasks).oldest
+
+    assert oldest(at(0), ["front"], None) == at(-120)
+    assert oldest(at(0), ["front"], [noop]) == at(-30)
+    assert oldest(at(0), None, [noop]) == at(-90)
+    assert oldest(at(0), None, [noop, add]) == at(-120)
+    assert oldest(at(-200), None, None) is None
+    assert oldest(at(-30), ["front"], [noop]) is None  # strictly before
     Job.objects.filter(run_at__lt=at(0)).update(status="cancelled", finished_at=at(0))
-    assert front_probe(connection, at(20), ["front"], [noop]) == late.run_at
+    assert oldest(at(20), ["front"], [noop]) == late.run_at
 
 
 @pytest.mark.django_db
@@ -349,9 +359,12 @@ def test_the_probe_checks_its_bound_on_the_claim_index_entries(queues: list[str]
     params = {"since": datetime.now(UTC) - timedelta(minutes=5), "queues": queues, "tasks": None}
     plan = json.loads(_plan(statement, params))
     scans = _index_scans(plan[0]["Plan"])
-    assert [s["Index Name"] for s in scans] == ["pgjobs_job_claim_idx"], plan
-    # An index scan or a bitmap scan (which then visits the rows found in page order).
-    assert "run_at <" in scans[0]["Index Cond"], plan
+    assert {s["Index Name"] for s in scans} == {"pgjobs_job_claim_idx"}, plan
+    # Before the bound: an index scan or a bitmap scan (which then visits the rows
+    # found in page order). From the bound on (the priorities, and without queues the
+    # queue list): loose index scans, each a probe that starts at its queue.
+    assert sum("run_at <" in s["Index Cond"] for s in scans) == 1, plan
+    assert all("run_at >=" in s["Index Cond"] for s in scans if "run_at <" not in s["Index Cond"])
     assert '"Seq Scan"' not in json.dumps(plan), plan
 
 

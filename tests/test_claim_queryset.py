@@ -44,7 +44,7 @@ def test_the_claim_is_the_compiled_queryset() -> None:
         assert not re.search(r"%s|%\d", text.replace("%%", "")), (name, text)
         assert text.count("FOR UPDATE SKIP LOCKED") == 1, name
         assert ("IS NOT NULL" in text and KNOWN in text) == name.endswith("_KNOWN"), name
-    for name in ("JOB_CLAIM_QUEUES", "JOB_CLAIM_ALL"):
+    for name in ("JOB_CLAIM_QUEUES", "JOB_CLAIM_ALL", "JOB_CLAIM_LEVELS"):
         assert '"django_pgjobs_job"."queue" = (qs.name)' in statements[name]
         assert "CROSS JOIN LATERAL (SELECT" in statements[name]
     # The single round trip: the set of claimed rows and the UPDATE are one statement.
@@ -145,6 +145,8 @@ def _fill_history_and_backlog() -> None:
         ("JOB_CLAIM_ALL", {}),
         ("JOB_CLAIM_ONE_QUEUE_KNOWN", {"queue": "q1"}),
         ("JOB_CLAIM_ALL_KNOWN", {}),
+        ("JOB_CLAIM_LEVELS", {"queues": ["q1", "q2"], "levels": [4, 2, 0]}),
+        ("JOB_CLAIM_LEVELS_KNOWN", {"queues": ["q1"], "levels": [3]}),
     ],
 )
 def test_the_compiled_claim_reads_the_claim_index_without_sorting_the_backlog(

@@ -264,7 +264,7 @@ def test_ticker_wakes_listening_workers() -> None:
         listener.execute("LISTEN pgjobs")
         CronTicker(schedules=[hourly(queue="cronq")], catchup_window=3600).run_once(now=T0)
         payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
-    assert [parse_payload(p)[0] for p in payloads] == ["cronq"]
+    assert [parse_payload(p).queue for p in payloads] == ["cronq"]
 
 
 def test_default_services_include_pruner_and_ticker() -> None:

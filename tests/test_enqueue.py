@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_pgjobs.db.notify import parse_payload
+from django_pgjobs.db.notify import Payload, parse_payload
 from django_pgjobs.exceptions import UnknownTask
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.states import JobStatus
@@ -174,7 +174,7 @@ def test_notify_is_sent_at_commit_only() -> None:
             assert list(listener.notifies(timeout=0.3)) == []
         notes = list(listener.notifies(timeout=2, stop_after=1))
         # The queue, and when the job is due (the claim front: claim_front.py).
-        assert [parse_payload(n.payload) for n in notes] == [("emails", job.run_at)]
+        assert [parse_payload(n.payload) for n in notes] == [Payload("emails", job.run_at, 5)]
         with pytest.raises(RuntimeError), transaction.atomic():
             send_email.enqueue("y@example.com")
             raise RuntimeError

@@ -80,8 +80,9 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
         (claims.JOB_CLAIM_ONE_QUEUE, {"queue": "default"}),
         (claims.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"]}),
         (claims.JOB_CLAIM_ALL, {}),
+        (claims.JOB_CLAIM_LEVELS, {"queues": ["default", "emails"], "levels": [5, 0]}),
     ],
-    ids=["one-queue", "queues", "all"],
+    ids=["one-queue", "queues", "all", "levels"],
 )
 def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra: dict) -> None:
     _fill(HISTORY, 1000)
@@ -99,8 +100,9 @@ def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra
         ("JOB_CLAIM_ONE_QUEUE", {"queue": "default"}),
         ("JOB_CLAIM_QUEUES", {"queues": ["default", "emails"]}),
         ("JOB_CLAIM_ALL", {}),
+        ("JOB_CLAIM_LEVELS", {"queues": ["default", "emails"], "levels": [5, 0]}),
     ],
-    ids=["one-queue", "queues", "all"],
+    ids=["one-queue", "queues", "all", "levels"],
 )
 def test_claim_finds_its_rows_by_primary_key_before_the_statistics_catch_up(
     name: str, extra: dict

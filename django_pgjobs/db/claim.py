@@ -114,11 +114,33 @@ WITH picked AS (
 """
 
 
+# Claim across queues and priority levels, from the claim front's bound: each pair
+# (queue, priority) is one scan of the claim index that starts AT the bound (index
+# condition ``queue = qs.name AND priority = lv.p AND run_at >= since``); the other
+# claims' bound is only a filter on the entries after ``queue = ...``, since priority
+# comes before run_at in the index, so they still step over the entries of every job
+# claimed since VACUUM last ran (4.9 ms per claim after 180,000 jobs under a held
+# xmin horizon, against 0.03 ms seeking by level). The worker passes the priorities
+# that its queues' pending jobs at or past the bound can have (claim_front.py);
+# rows of the scans that are not taken stay locked only for this statement.
+def claim_levels(lateral: str) -> str:
+    return f"""
+WITH picked AS (
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS qs(name)
+    CROSS JOIN unnest(%(levels)s::int[]) AS lv(p)
+    CROSS JOIN LATERAL ({lateral}) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(n)s
+)
+{_CLAIM_SET}
+"""
+
+
 # The queues that have pending rows, found with a loose index scan of the claim
 # index: one index probe per distinct queue, not a read of every pending row.
 # A recursive CTE named qs(name), for WITH RECURSIVE; its last row is NULL.
 # ``bound``: a condition on run_at checked on the index entries (the claim front).
-def _pending_queues(bound: str = "") -> str:
+def pending_queues_cte(bound: str = "") -> str:
     return f"""qs(name) AS (
     (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}'{bound} ORDER BY queue LIMIT 1)
     UNION ALL
@@ -129,11 +151,11 @@ def _pending_queues(bound: str = "") -> str:
 )"""
 
 
-_PENDING_QUEUES = _pending_queues()
+_PENDING_QUEUES = pending_queues_cte()
 # A worker's claims and its list of queues start at its claim front (claim_front.py):
 # every pending job at or past the bound is found, due or not, and none is before it
 # that a claim could take (a claim that reads the whole index reads the whole list).
-_PENDING_QUEUES_SINCE = _pending_queues(" AND run_at >= %(since)s")
+_PENDING_QUEUES_SINCE = pending_queues_cte(" AND run_at >= %(since)s")
 
 #: ``since`` of a claim from the start of the claim index (no bound: every run_at is
 #: later; PostgreSQL's timestamptz reaches back to 4713 BC).
@@ -187,6 +209,8 @@ CLAIM_STATEMENTS = (
     "JOB_CLAIM_ONE_QUEUE_KNOWN",
     "JOB_CLAIM_QUEUES_KNOWN",
     "JOB_CLAIM_ALL_KNOWN",
+    "JOB_CLAIM_LEVELS",
+    "JOB_CLAIM_LEVELS_KNOWN",
 )
 for _name in CLAIM_STATEMENTS:
     declare(_name, (JobStatus.PENDING, JobStatus.RUNNING))

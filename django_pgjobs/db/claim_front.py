@@ -4,29 +4,75 @@ NOTIFY announced? (``claim_front.py`` says why the claims start at a bound.)"""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
+from django_pgjobs.db.claim import pending_queues_cte
 from django_pgjobs.db.cursor import Connection
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.states import JobStatus
 
 # The oldest pending run_at before the bound, in the worker's queues and (when it
-# claims with the known-task filter) of its tasks. It reads the claim index's entries
-# before the bound and visits each one's row: the entries of the jobs claimed since
-# VACUUM last ran, the very walk the bound spares the claims. It runs on the
-# maintenance thread's connection (maintenance/front_probe.py), so no claim waits for
-# it. ``run_at < since`` is an index condition (checked on the entries, the live
-# backlog behind the bound costs no row visit), as is the queue list; the task filter
-# is checked on the rows the walk visits anyway. Read-only; no lock.
+# claims with the known-task filter) of its tasks; then the priorities of the pending
+# jobs in scope from the bound (or that oldest job) on, for the claims' seek by level.
+#
+# ``front`` reads the claim index's entries before the bound and visits each one's
+# row: the entries of the jobs claimed since VACUUM last ran, the very walk the bound
+# spares the claims. It runs on the maintenance thread's connection
+# (maintenance/front_probe.py), so no claim waits for it. ``run_at < since`` is an
+# index condition (checked on the entries, the live backlog behind the bound costs no
+# row visit), as is the queue list; the task filter is checked on the rows the walk
+# visits anyway.
+#
+# ``lv`` is a loose index scan per queue (``qs``: the worker's queues, or those with
+# pending jobs from the front on): the highest priority with a pending job at or past
+# the front, then the next lower one, one index probe per level found. Each probe steps
+# over the dead entries of its level before the front, checked on the entries (no row
+# visit). Read-only; no lock.
 _PROBE = f"""
-SELECT min(run_at) FROM {JOB}
- WHERE status = '{JobStatus.PENDING}' AND run_at < %(since)s{{queues}}
-   AND (%(tasks)s::text[] IS NULL OR array_position(%(tasks)s::text[], task::text) IS NOT NULL)
+WITH RECURSIVE front AS (
+    SELECT min(run_at) AS oldest, least(%(since)s::timestamptz, min(run_at)) AS since
+      FROM {JOB}
+     WHERE status = '{JobStatus.PENDING}' AND run_at < %(since)s{{queues}}{{tasks}}
+), {{scope}}, lv(queue, p) AS (
+    SELECT qs.name,
+           (SELECT priority FROM {JOB}
+             WHERE status = '{JobStatus.PENDING}' AND queue = qs.name
+               AND run_at >= (SELECT since FROM front){{tasks}}
+             ORDER BY priority DESC LIMIT 1)
+      FROM qs WHERE qs.name IS NOT NULL
+    UNION ALL
+    SELECT lv.queue,
+           (SELECT priority FROM {JOB}
+             WHERE status = '{JobStatus.PENDING}' AND queue = lv.queue AND priority < lv.p
+               AND run_at >= (SELECT since FROM front){{tasks}}
+             ORDER BY priority DESC LIMIT 1)
+      FROM lv WHERE lv.p IS NOT NULL
+)
+SELECT (SELECT oldest FROM front), ARRAY(SELECT DISTINCT p FROM lv WHERE p IS NOT NULL)
 """
+_TASKS = (
+    " AND (%(tasks)s::text[] IS NULL OR array_position(%(tasks)s::text[], task::text) IS NOT NULL)"
+)
 #: A worker of every queue.
-FRONT_PROBE_ALL = _PROBE.format(queues="")
+FRONT_PROBE_ALL = _PROBE.format(
+    queues="", tasks=_TASKS, scope=pending_queues_cte(" AND run_at >= (SELECT since FROM front)")
+)
 #: A worker of some queues (``runjobs --queues``).
-FRONT_PROBE_QUEUES = _PROBE.format(queues=" AND queue = ANY (%(queues)s::text[])")
+FRONT_PROBE_QUEUES = _PROBE.format(
+    queues=" AND queue = ANY (%(queues)s::text[])",
+    tasks=_TASKS,
+    scope="qs(name) AS (SELECT unnest(%(queues)s::text[]))",
+)
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What a probe found: the oldest ``run_at`` of a pending job before the bound
+    (None: none), and the priorities of the pending jobs from there on."""
+
+    oldest: datetime | None
+    levels: tuple[int, ...]
 
 
 def front_probe(
@@ -34,9 +80,8 @@ def front_probe(
     since: datetime,
     queues: Sequence[str] | None,
     tasks: Sequence[str] | None,
-) -> datetime | None:
-    """FRONT_PROBE_*: the oldest ``run_at`` of a pending job before ``since`` (None:
-    there is none)."""
+) -> Probed:
+    """FRONT_PROBE_*: the pending jobs before ``since`` and the priorities in scope."""
     sql = FRONT_PROBE_ALL if queues is None else FRONT_PROBE_QUEUES
     params = {
         "since": since,
@@ -46,4 +91,6 @@ def front_probe(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    return None if row is None else row[0]
+    if row is None:
+        return Probed(None, ())
+    return Probed(row[0], tuple(sorted(row[1], reverse=True)))

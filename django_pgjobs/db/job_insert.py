@@ -66,13 +66,13 @@ WITH ins AS (
     INSERT INTO {JOB} ({", ".join(name for name, _ in columns)})
     VALUES ({", ".join(values)})
     ON CONFLICT{conflict} DO NOTHING
-    RETURNING id, queue, run_at, created_at
+    RETURNING id, queue, priority, run_at, created_at
 )
 SELECT ins.id,
        -- times as exact epoch microseconds: cheaper to decode than timestamptz
        (extract(epoch FROM ins.run_at) * 1000000)::bigint,
        (extract(epoch FROM ins.created_at) * 1000000)::bigint,
-       pg_notify('{NOTIFY_CHANNEL}', {due_payload("ins.queue", "ins.run_at")})::text
+       pg_notify('{NOTIFY_CHANNEL}', {due_payload("ins.queue", "ins.run_at", "ins.priority")})::text
   FROM ins
 """
 

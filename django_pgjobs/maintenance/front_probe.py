@@ -43,11 +43,13 @@ class FrontProbe:
 
     def run_once(self) -> dict[str, Any]:
         """``since``: the bound probed below (None: none, the next claim reads the
-        whole index); ``oldest``: the oldest pending job found before it."""
+        whole index); ``oldest``: the oldest pending job found before it; ``levels``:
+        the priorities of the pending jobs from there on."""
         since, began = self.front.probe_begins()
-        oldest = None
-        if since is not None:
-            queues, tasks = self.scope()
-            oldest = front_probe(connections[self.alias], since, queues, tasks)
-        self.front.probed(oldest, began)
-        return {"since": since, "oldest": oldest}
+        if since is None:
+            self.front.probed(None, began)
+            return {"since": None, "oldest": None, "levels": None}
+        queues, tasks = self.scope()
+        found = front_probe(connections[self.alias], since, queues, tasks)
+        self.front.probed(found.oldest, began, found.levels)
+        return {"since": since, "oldest": found.oldest, "levels": list(found.levels)}

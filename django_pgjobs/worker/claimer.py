@@ -162,7 +162,8 @@ class Claimer:
     def on_notify(self, payload: str) -> None:
         """A NOTIFY on the jobs channel (the listener's thread); "" after LISTEN
         (re)connected, when notifications may have been missed."""
-        queue, due = parse_payload(payload)
+        said = parse_payload(payload)
+        queue = said.queue
         if queue == flow.QUEUES_CHANGED:
             self.flow_state.invalidate()  # a queue was paused, resumed or edited
         else:
@@ -171,7 +172,7 @@ class Claimer:
         if ours and self.front is not None:
             # Jobs committed since the last claim may lie before its bound: how far
             # back, when the payload says (a single enqueue's does), else anywhere.
-            self.front.heard(due)
+            self.front.heard(said.due, said.priority)
         if ours:
             self._wakeup.set()
 

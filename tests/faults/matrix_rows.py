@@ -307,6 +307,27 @@ ROWS: tuple[Row, ...] = (
         env=PROBE_ENV,
         periodic=True,
     ),
+    # Once a probe has reported the priorities past the bound, the claims seek each
+    # (queue, priority) from the bound (db/claim.py: claim_levels). Named queues, so
+    # an idle worker's polls claim too (every-queue workers skip a claim with no
+    # pending queue).
+    Row(
+        "worker: claim by priority level",
+        "db.JOB_CLAIM_LEVELS",
+        "worker",
+        args=("--queues", "default", "--concurrency", "4"),
+        env=PROBE_ENV,
+        periodic=True,
+    ),
+    Row(
+        "worker: claim known tasks by priority level",
+        "db.JOB_CLAIM_LEVELS_KNOWN",
+        "worker",
+        args=("--queues", "default", "--concurrency", "4"),
+        setup="unknown",
+        env=PROBE_ENV,
+        periodic=True,
+    ),
     Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "db.JOB_INSERT", "driver", action="enqueue"),
     Row(

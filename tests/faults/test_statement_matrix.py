@@ -328,6 +328,8 @@ def test_matrix_covers_every_statement(
         "db.JOB_CLAIM_QUEUES",
         "db.FRONT_PROBE_ALL",  # every 10 s, once a claim set a bound
         "db.FRONT_PROBE_QUEUES",
+        "db.JOB_CLAIM_LEVELS",  # after a probe, as the probe's rows
+        "db.JOB_CLAIM_LEVELS_KNOWN",
         "db.JOB_TIMED_OUT",
         "db.HELD_SLOT_FREE",
         "db.JOB_DEAD_EXHAUSTED",
