@@ -249,6 +249,16 @@ class HistoryAdapter(ours.Adapter):
             else:  # a later rep: the previous rep's drained jobs go
                 cur.execute("DELETE FROM django_pgjobs_job WHERE id > %s", [first])
             cur.execute("VACUUM ANALYZE django_pgjobs_job")
+        # An installation with this history has counted it into its minute rollup as it
+        # finished; a history inserted at once has not, and every worker's rollup pass
+        # would spend its second per pass catching up on a day of it during the drain.
+        from django_pgjobs.maintenance.rollup import Rollup
+
+        Rollup(time_budget=None).run_once()
+        with connection.cursor() as cur:
+            # The insert (10 M rows: gigabytes of dirty pages) would be written out by
+            # the checkpointer during the first drains, on the same disk: write it now.
+            cur.execute("CHECKPOINT")
         self.first_id = first
 
     first_id = 0

@@ -253,3 +253,21 @@ def test_a_job_at_a_new_priority_runs_at_once_when_announced_and_soon_when_not(
     assert row is not None
     wait_until(lambda: _status(row[0]) == "completed", timeout=8, message="the probe to find it")
     assert front.levels() == (40, 0, -60)
+
+
+def test_the_workers_notifications_say_the_priority_to_its_front() -> None:
+    """The listener's payloads reach the front: a priority said is sought at once, a
+    payload without one turns the seek off until a claim began after it."""
+    worker = Worker(queues=["front"], concurrency=2)
+    front = worker.claimer.front
+    assert front is not None
+    _probed(front, (0,))
+    worker.claimer.on_notify("front,1796300000000000,40")
+    assert front.levels() == (40, 0)
+    worker.claimer.on_notify("elsewhere,1796300000000000,70")  # not this worker's queue
+    assert front.levels() == (40, 0)
+    worker.claimer.on_notify("front")  # a workflow's release: no time, no priority
+    assert front.levels() is None
+    assert front.bound() is None  # the next claim reads from the start of the index...
+    front.claimed([], asked=2)
+    assert front.levels() == (40, 0)  # ...and then the claims seek again

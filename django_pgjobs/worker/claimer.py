@@ -171,7 +171,8 @@ class Claimer:
         ours = not queue or self.queues is None or queue in self.queues
         if ours and self.front is not None:
             # Jobs committed since the last claim may lie before its bound: how far
-            # back, when the payload says (a single enqueue's does), else anywhere.
+            # back and at which priority, when the payload says (an enqueue's does),
+            # else anywhere and at any.
             self.front.heard(said.due, said.priority)
         if ours:
             self._wakeup.set()

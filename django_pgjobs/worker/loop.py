@@ -112,7 +112,8 @@ class Worker:
         # Claims start past the jobs already claimed (claim_front.py); not in burst
         # mode, whose empty claim ends the run: that claim reads the whole index.
         # With LISTEN and maintenance, a probe on the maintenance thread finds the jobs
-        # before the bound that no NOTIFY announced, instead of a claim every 10 s.
+        # before the bound that no NOTIFY announced, and the priorities past it (the
+        # claims seek each from the bound), instead of a claim every 10 s.
         probing = maintenance and self.listen and not burst
         front = (
             None
