@@ -310,19 +310,26 @@ class FlowState:
         self._pending_at = 0.0
         # The claim front's bound the list was read with (None: the whole index).
         self._pending_since: datetime | None = None
-        self._seen = 0  # NOTIFYs that invalidated the list (another thread sets it)
+        self._seen = 0  # NOTIFYs that changed the list (another thread sets it)
 
     def invalidate(self) -> None:
         self._loaded_at = None
         self.pending = None
 
     def saw_queue(self, name: str) -> None:
-        """A NOTIFY named queue ``name`` (or no queue, ``""``): read the pending list
-        again before the next claim if it may now miss a queue."""
+        """A NOTIFY named queue ``name`` (or no queue, ``""``). It is sent with a job
+        of that queue, so a list without the queue gets it, with no read: the first
+        job after the list was read empty cost a read of the claim index's entries
+        before the bound, which a held xmin horizon makes long. Without a name
+        (LISTEN reconnected), the list is read again before the next claim."""
         pending = self.pending
-        if not name or pending is None or name not in pending:
-            self._seen += 1
-            self.pending = None
+        if name and pending is not None:
+            if name not in pending:
+                self._seen += 1  # a read under way may have missed it: it is dropped
+                self.pending = sorted([*pending, name])
+            return
+        self._seen += 1
+        self.pending = None
 
     def load(self, connection: BaseDatabaseWrapper) -> None:
         self.limits = {r[0]: QueueLimits(*r) for r in queue_limits(connection)}

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_pgjobs import claim_front, claims
 from django_pgjobs.claim_front import SLACK, UNPROBED_AFTER, ClaimFront
@@ -219,6 +220,24 @@ def test_the_queue_list_starts_at_the_bound_and_is_read_again_for_an_earlier_one
     assert state.claim_options(connection, bound)["queues"] == ["new"]
     assert state.claim_options(connection, bound + timedelta(seconds=1))["queues"] == ["new"]
     assert state.claim_options(connection, None)["queues"] == ["new", "old"]
+
+
+@pytest.mark.django_db
+def test_a_notified_queue_joins_the_queue_list_without_a_read() -> None:
+    """A NOTIFY comes with a job of its queue: an every-queue worker adds the queue to
+    its list instead of reading the list again (a read walks the claim index's entries
+    before the bound); a reconnected LISTEN ("") makes it read the list again."""
+    _pending(1, age=0, queue="new")
+    state = FlowState(None, refresh=1e9, notified=True)
+    state.keyed = False
+    assert state.claim_options(connection)["queues"] == ["new"]
+    state.saw_queue("another")
+    state.saw_queue("new")
+    with CaptureQueriesContext(connection) as queries:
+        assert state.claim_options(connection)["queues"] == ["another", "new"]
+    assert len(queries) == 0
+    state.saw_queue("")
+    assert state.claim_options(connection)["queues"] == ["new"]
 
 
 # -- with a worker -------------------------------------------------------------------------

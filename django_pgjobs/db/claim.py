@@ -163,8 +163,8 @@ UNBOUNDED = datetime(1, 1, 1, tzinfo=UTC)
 
 
 # The queues with pending rows, on their own: what a worker of every queue claims
-# from (flow.FlowState keeps the list: refreshed every POLL_INTERVAL, when a
-# NOTIFY names a queue not in it, and after an empty claim without LISTEN). Its
+# from (flow.FlowState keeps the list: refreshed every POLL_INTERVAL, after LISTEN
+# reconnected and after an empty claim without LISTEN; a NOTIFY adds its queue). Its
 # claims are then JOB_CLAIM_ONE_QUEUE / JOB_CLAIM_QUEUES, which walk the claim
 # index once per queue, where JOB_CLAIM_ALL walks it twice (this probe, then the
 # LATERAL scan): until VACUUM, each walk steps over the index entries every
