@@ -4,23 +4,25 @@ over the entries of every job claimed since VACUUM last ran."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 
-from django_pgjobs import claim_front, claims
+from django_pgjobs import claims
 from django_pgjobs.claim_front import MAX_LEVELS, SLACK, ClaimFront
 from django_pgjobs.db.claim_front import Probed, front_probe
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker
 from tests.conftest import dsn, wait_until
-from tests.test_claim_front import at
+from tests.test_claim_front import (
+    _status,
+    at,
+    probing_worker,  # noqa: F401  (a fixture)
+)
 from tests.testapp import jobs
 
 # -- the rules ---------------------------------------------------------------------------
@@ -202,26 +204,6 @@ def test_the_probe_reads_the_priorities_from_the_bound_or_the_oldest_job_before_
 # -- with a worker -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def probing_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
-    """A worker whose maintenance runs the claim front's probe alone, every 0.3 s."""
-    monkeypatch.setattr(claim_front, "PROBE_EVERY", 0.3)
-    worker = Worker(queues=["front"], services=[], concurrency=2, poll_interval=0.2)
-    worker.flow.keyed = False  # keyed tasks would make every claim limited (no bound)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.request_stop()
-        thread.join(30)
-        assert not thread.is_alive()
-
-
-def _status(job_id: int) -> str:
-    return Job.objects.filter(id=job_id).values_list("status", flat=True).get()
-
-
 def _seeking(worker: Worker) -> ClaimFront:
     """Jobs run until the worker's claims seek by level; its front."""
     front = worker.claimer.front
@@ -236,7 +218,7 @@ def _seeking(worker: Worker) -> ClaimFront:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_at_a_new_priority_runs_at_once_when_announced_and_soon_when_not(
-    probing_worker: Worker,
+    probing_worker: Worker,  # noqa: F811  (the fixture imported above)
 ) -> None:
     front = _seeking(probing_worker)
     assert front.levels() == (0,)
