@@ -304,13 +304,13 @@ def test_a_job_behind_the_bound_that_nobody_announced_runs_at_the_next_sweep(
     wait_until(lambda: _status(job_id) == "completed", timeout=25, message="the sweep to find it")
 
 
-def _unannounced(queue: str, run_at: datetime) -> int:
+def _unannounced(queue: str, run_at: datetime, priority: int = 0) -> int:
     """A pending no-op job inserted by hand: no NOTIFY at all."""
     with psycopg.connect(dsn(), autocommit=True) as other:
         row = other.execute(
             f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
-            " VALUES ('tests.testapp.jobs.noop', %s, 0, '[]', '{}', 3, %s) RETURNING id",
-            [queue, run_at],
+            " VALUES ('tests.testapp.jobs.noop', %s, %s, '[]', '{}', 3, %s) RETURNING id",
+            [queue, priority, run_at],
         ).fetchone()
     assert row is not None
     return int(row[0])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -17,9 +16,10 @@ from django_pgjobs.db.claim_front import Probed, front_probe
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker
-from tests.conftest import dsn, wait_until
+from tests.conftest import wait_until
 from tests.test_claim_front import (
     _status,
+    _unannounced,
     at,
     probing_worker,  # noqa: F401  (a fixture)
 )
@@ -226,14 +226,8 @@ def test_a_job_at_a_new_priority_runs_at_once_when_announced_and_soon_when_not(
     wait_until(lambda: _status(urgent.id) == "completed", timeout=5, message="the urgent job")
     assert 40 in (front.levels() or ())
     # Written by hand, no NOTIFY: the levels' probe finds its priority.
-    with psycopg.connect(dsn(), autocommit=True) as other:
-        row = other.execute(
-            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
-            " VALUES ('tests.testapp.jobs.noop', 'front', -60, '[]', '{}', 3, now())"
-            " RETURNING id"
-        ).fetchone()
-    assert row is not None
-    wait_until(lambda: _status(row[0]) == "completed", timeout=8, message="the probe to find it")
+    job_id = _unannounced("front", _now(), priority=-60)
+    wait_until(lambda: _status(job_id) == "completed", timeout=8, message="the probe to find it")
     assert front.levels() == (40, 0, -60)
 
 

@@ -29,39 +29,38 @@ from django_pgjobs.states import JobStatus
 # the front, then the next lower one, one index probe per level found. Each probe steps
 # over the dead entries of its level before the front, checked on the entries (no row
 # visit). Read-only; no lock.
+_TASKS = (
+    " AND (%(tasks)s::text[] IS NULL OR array_position(%(tasks)s::text[], task::text) IS NOT NULL)"
+)
 _PROBE = f"""
 WITH RECURSIVE front AS (
     SELECT min(run_at) AS oldest, least(%(since)s::timestamptz, min(run_at)) AS since
       FROM {JOB}
-     WHERE status = '{JobStatus.PENDING}' AND run_at < %(since)s{{queues}}{{tasks}}
+     WHERE status = '{JobStatus.PENDING}' AND run_at < %(since)s{{queues}}{_TASKS}
 ), {{scope}}, lv(queue, p) AS (
     SELECT qs.name,
            (SELECT priority FROM {JOB}
              WHERE status = '{JobStatus.PENDING}' AND queue = qs.name
-               AND run_at >= (SELECT since FROM front){{tasks}}
+               AND run_at >= (SELECT since FROM front){_TASKS}
              ORDER BY priority DESC LIMIT 1)
       FROM qs WHERE qs.name IS NOT NULL
     UNION ALL
     SELECT lv.queue,
            (SELECT priority FROM {JOB}
              WHERE status = '{JobStatus.PENDING}' AND queue = lv.queue AND priority < lv.p
-               AND run_at >= (SELECT since FROM front){{tasks}}
+               AND run_at >= (SELECT since FROM front){_TASKS}
              ORDER BY priority DESC LIMIT 1)
       FROM lv WHERE lv.p IS NOT NULL
 )
 SELECT (SELECT oldest FROM front), ARRAY(SELECT DISTINCT p FROM lv WHERE p IS NOT NULL)
 """
-_TASKS = (
-    " AND (%(tasks)s::text[] IS NULL OR array_position(%(tasks)s::text[], task::text) IS NOT NULL)"
-)
 #: A worker of every queue.
 FRONT_PROBE_ALL = _PROBE.format(
-    queues="", tasks=_TASKS, scope=pending_queues_cte(" AND run_at >= (SELECT since FROM front)")
+    queues="", scope=pending_queues_cte(" AND run_at >= (SELECT since FROM front)")
 )
 #: A worker of some queues (``runjobs --queues``).
 FRONT_PROBE_QUEUES = _PROBE.format(
     queues=" AND queue = ANY (%(queues)s::text[])",
-    tasks=_TASKS,
     scope="qs(name) AS (SELECT unnest(%(queues)s::text[]))",
 )
 
