@@ -141,13 +141,17 @@ def test_sigstop_zombie_is_fenced_and_atomic_writes_roll_back(
 
 
 def test_sigterm_finishes_short_jobs_releases_long_ones_and_exits_0(
-    start_worker: Start, runs: str
+    start_worker: Start, runs: str, tmp_path: Path
 ) -> None:
-    short = jobs.record_run.enqueue(runs, 0.5)
-    long = jobs.record_run.enqueue(runs, 30.0)
+    short = jobs.record_run.enqueue(runs, 0.5, started=str(tmp_path / "short"))
+    long = jobs.record_run.enqueue(runs, 30.0, started=str(tmp_path / "long"))
     w = start_worker("--concurrency", "2", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "1.5"})
     wait_running_on(short, w)
     wait_running_on(long, w)
+    # started, not only claimed: a claimed job still waiting for its thread is given
+    # back at the signal, not finished
+    wait_until(lambda: (tmp_path / "short").exists(), message="the short job to start")
+    wait_until(lambda: (tmp_path / "long").exists(), message="the long job to start")
     assert WorkerRow.objects.filter(pid=w.pid).exists()
     w.signal(signal.SIGTERM)
     began = time.monotonic()
@@ -163,8 +167,8 @@ def test_sigterm_finishes_short_jobs_releases_long_ones_and_exits_0(
     assert "released job" in w.output()
 
 
-def test_second_signal_exits_at_once(start_worker: Start, runs: str) -> None:
-    long = jobs.record_run.enqueue(runs, 30.0)
+def test_second_signal_exits_at_once(start_worker: Start, runs: str, tmp_path: Path) -> None:
+    long = jobs.record_run.enqueue(runs, 30.0, started=str(tmp_path / "started"))
     # STALE_AFTER 30 s: at CI's load the worker's own heartbeat once lagged past the
     # suite's 2 s and its reaper took the job back before the second signal.
     w = start_worker(
@@ -173,6 +177,9 @@ def test_second_signal_exits_at_once(start_worker: Start, runs: str) -> None:
         env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "60", "PGJOBS_TEST_STALE_AFTER": "30"},
     )
     wait_running_on(long, w)
+    # started, not only claimed: a job still waiting for its thread is given back at
+    # the first signal (CI once saw it pending)
+    wait_until(lambda: (tmp_path / "started").exists(), message="the job to start")
     w.signal(signal.SIGTERM)
     wait_until(
         lambda: "send it again to exit at once" in w.output(),

@@ -111,8 +111,13 @@ def spins(seconds: float) -> int:
 
 
 @job(max_attempts=5, takes_context=True)
-def record_run(context: JobContext, table: str, seconds: float = 0.0) -> int:
-    """Appends (job id, lease, pid) to ``table`` (no unique key: duplicates stay visible)."""
+def record_run(context: JobContext, table: str, seconds: float = 0.0, started: str = "") -> int:
+    """Appends (job id, lease, pid) to ``table`` (no unique key: duplicates stay visible).
+    ``started``: a file created when the run begins (a claimed job may still wait for
+    its thread; the row says running from the claim on)."""
+    if started:
+        with open(started, "a"):
+            pass
     if seconds:
         time.sleep(seconds)
     with connection.cursor() as cursor:
