@@ -280,14 +280,20 @@ ROWS: tuple[Row, ...] = (
     Row("rollup: count finishes into minutes", "db.ROLLUP_MINUTES", "worker"),
     # The statistics pass (db/statistics.py): every worker's maintenance loop; the tables
     # are emptied per cell (TRUNCATE: never analysed), so the first pass with jobs in the
-    # table runs ANALYZE.
+    # table runs ANALYZE (autovacuum off in that cell, so that it cannot analyse first).
     Row(
         "statistics: read the jobs table's growth",
         "db.JOB_STATISTICS_AGE",
         "worker",
         periodic=True,
     ),
-    Row("statistics: analyse the jobs table", "db.JOB_ANALYZE", "worker", periodic=True),
+    Row(
+        "statistics: analyse the jobs table",
+        "db.JOB_ANALYZE",
+        "worker",
+        setup="unanalysed",
+        periodic=True,
+    ),
     # The claim front's probe (db/claim_front.py): every worker's maintenance loop, once
     # its claims have a bound (a claim that took fewer jobs than it asked for: more than
     # one slot); every 0.3 s here instead of 10 (tests/settings.py).
