@@ -47,6 +47,13 @@ def run_worker_cell(s: Scenario) -> dict[str, str]:
         # Its pass runs every few seconds (the statistics pass every 5 s, and the first
         # one within a second of the start, which a loaded box may delay past the
         # workload's end): wait for it. Not firing is then reported by "fired".
+        # One job more first, claimed with every slot free: a claim that takes fewer
+        # jobs than it asked for gives the claim front its bound, which its probe needs
+        # (the workload's claims, each asking for the slots free then, may all have been
+        # filled: CI once saw the probe never issued).
+        nudge = s.insert(STEP, priority=100)
+        s.db.execute("SELECT pg_notify('pgjobs', 'default')")
+        s.completes_within(nudge, PERIODIC_DEADLINE)
         with contextlib.suppress(AssertionError):
             wait_until(lambda: s.fired(), timeout=PERIODIC_DEADLINE, message="the pass")
     slots = s.slots_back()
