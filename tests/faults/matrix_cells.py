@@ -51,9 +51,11 @@ def run_worker_cell(s: Scenario) -> dict[str, str]:
         # jobs than it asked for gives the claim front its bound, which its probe needs
         # (the workload's claims, each asking for the slots free then, may all have been
         # filled: CI once saw the probe never issued).
-        nudge = s.insert(STEP, priority=100)
-        s.db.execute("SELECT pg_notify('pgjobs', 'default')")
-        s.completes_within(nudge, PERIODIC_DEADLINE)
+        # A priority of the workload's (a ninth level would pass ClaimFront.MAX_LEVELS
+        # and end the level claims those cells wait for), and no NOTIFY (one without a
+        # priority makes the claims take every level until one sees its job): the
+        # worker's poll claims it.
+        s.completes_within(s.insert(STEP, priority=50), PERIODIC_DEADLINE)
         with contextlib.suppress(AssertionError):
             wait_until(lambda: s.fired(), timeout=PERIODIC_DEADLINE, message="the pass")
     slots = s.slots_back()
