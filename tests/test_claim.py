@@ -13,6 +13,7 @@ from django.db import connection
 
 from django_pgjobs import claims
 from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.claim_limited import job_claim_limited
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
@@ -69,6 +70,21 @@ def test_claim_returns_what_the_worker_needs() -> None:
         "claim-k",
         run_at=job.run_at.replace(year=2000),
     )
+    assert c.run_at is not None and c.run_at.microsecond == job.run_at.microsecond
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("run_at", ["-infinity", "0044-03-15 12:00 BC"])
+def test_a_run_at_python_cannot_hold_is_claimed_without_one(run_at: str) -> None:
+    """The claim returns run_at as epoch microseconds (Django's loader parses text in
+    Python); one no datetime can hold (only raw SQL writes it) is None, and the claim
+    still hands the job out. The limited claim reads the index without a bound on
+    run_at, so it reaches such a row (the bounded claims start at year 1)."""
+    job = jobs.send_email.enqueue("a@b.c")
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {JOB} SET run_at = %s::timestamptz WHERE id = %s", [run_at, job.id])
+    [c] = job_claim_limited(connection, worker="w", queues=["emails"], n=5, tasks=None)
+    assert (c.id, c.run_at, c.lease) == (job.id, None, 1)
 
 
 @pytest.mark.django_db

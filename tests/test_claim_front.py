@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_pgjobs import claim_front, claims
@@ -365,6 +367,59 @@ def test_the_probe_reads_the_jobs_of_the_workers_queues_and_tasks() -> None:
     assert oldest(at(-30), ["front"], [noop]) is None  # strictly before
     Job.objects.filter(run_at__lt=at(0)).update(status="cancelled", finished_at=at(0))
     assert oldest(at(20), ["front"], [noop]) == late.run_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_front_compares_aware_times_when_use_tz_is_off() -> None:
+    """Under ``USE_TZ = False`` Django loads timestamps naive; the NOTIFY's times are
+    aware. The claim and the probe return run_at as epoch microseconds, so every
+    time the front compares is aware UTC (a naive one raised TypeError there)."""
+    with override_settings(USE_TZ=False):
+        connection.close()  # a new connection, with Django's USE_TZ = False loaders
+        job = jobs.noop.enqueue()
+        Job.objects.filter(id=job.id).update(queue="front")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT run_at FROM django_pgjobs_job WHERE id = %s", [job.id])
+            assert cursor.fetchone()[0].tzinfo is None  # the ORM's view: naive
+            cursor.execute(f"UPDATE {JOB} SET run_at = %s WHERE id = %s", [at(-60), job.id])
+        probed = front_probe(connection, at(0), ["front"], None).oldest
+        [claimed] = claims.claim(connection, worker="w", queues=["front"], n=2)
+        front = ClaimFront(sweep_every=1e9)
+        assert front.bound() is None  # a claim begins (the first reads the whole index)
+        front.heard(parse_payload(f"front,{int(at(-10).timestamp() * 1e6)},0").due)
+        front.claimed([claimed.run_at], asked=2)  # type: ignore[list-item]
+        front.probed(probed, began=0.0)
+    connection.close()
+    assert probed == claimed.run_at == at(-60)
+    assert probed is not None and probed.utcoffset() == timedelta(0)
+    assert front.since() == at(-60) - SLACK
+
+
+@pytest.mark.process
+def test_a_worker_with_use_tz_off_runs_a_stream_of_jobs(start_worker: Any) -> None:
+    """The same rule in a real ``runjobs`` under ``USE_TZ = False``: jobs enqueued one
+    by one (each NOTIFY may land during a claim) all run, and the claim loop never
+    fails (it did: the claimed rows then waited for the reaper)."""
+    worker = start_worker(
+        "--concurrency", "2", env={"DJANGO_SETTINGS_MODULE": "tests.settings_no_tz"}
+    )
+    first = jobs.noop.enqueue().id
+    wait_until(
+        lambda: Job.objects.get(id=first).status == "completed", timeout=30, message="worker up"
+    )
+    ids = []
+    for _ in range(150):
+        ids.append(jobs.noop.enqueue().id)
+        time.sleep(0.01)
+    wait_until(
+        lambda: Job.objects.filter(id__in=ids, status="completed").count() == len(ids),
+        timeout=30,
+        message="every job of the stream completed",
+    )
+    worker.signal(15)
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert "unexpected error in the claim loop" not in worker.output(), worker.output()
+    assert "Traceback" not in worker.output(), worker.output()
 
 
 @pytest.mark.django_db

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_pgjobs.db.claim import pending_queues_cte
+from django_pgjobs.db.claim import epoch_us, from_epoch_us, pending_queues_cte
 from django_pgjobs.db.cursor import Connection
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.states import JobStatus
@@ -52,7 +52,8 @@ WITH RECURSIVE front AS (
              ORDER BY priority DESC LIMIT 1)
       FROM lv WHERE lv.p IS NOT NULL
 )
-SELECT (SELECT oldest FROM front), ARRAY(SELECT DISTINCT p FROM lv WHERE p IS NOT NULL)
+SELECT (SELECT {epoch_us("oldest")} FROM front),
+       ARRAY(SELECT DISTINCT p FROM lv WHERE p IS NOT NULL)
 """
 #: A worker of every queue.
 FRONT_PROBE_ALL = _PROBE.format(
@@ -92,4 +93,5 @@ def front_probe(
         row = cursor.fetchone()
     if row is None:
         return Probed(None, ())
-    return Probed(row[0], tuple(sorted(row[1], reverse=True)))
+    # as epoch microseconds, like the claim's run_at: aware UTC whatever USE_TZ says
+    return Probed(from_epoch_us(row[0]), tuple(sorted(row[1], reverse=True)))
