@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -337,3 +337,26 @@ def test_list_counts_are_capped_not_full(admin_client: Client, monkeypatch: Any)
     assert len(response.context["cl"].result_list) == 8
     response = admin_client.get(changelist_url(status__exact="dead"))
     assert "0 jobs" in text(response)
+
+
+def test_every_page_renders_under_use_tz_false(
+    admin_client: Client, every_state: dict[str, Job]
+) -> None:
+    """A project with ``USE_TZ = False`` gets naive times from the ORM; the changelist's
+    "run at" column called ``localtime()`` on them and the page was a 500."""
+    base = reverse("admin:django_pgjobs_job_changelist")
+    pages = [
+        base,
+        f"{base}?status__exact=dead",
+        f"{base}?q=noop",
+        reverse("admin:django_pgjobs_job_overview"),
+        reverse("admin:django_pgjobs_worker_changelist"),
+        *(reverse("admin:django_pgjobs_job_change", args=[j.id]) for j in every_state.values()),
+    ]
+    with override_settings(USE_TZ=False):
+        connection.close()  # a new connection, loading naive times
+        try:
+            statuses = {url: admin_client.get(url).status_code for url in pages}
+        finally:
+            connection.close()
+    assert statuses == dict.fromkeys(pages, 200)

@@ -362,7 +362,8 @@ class JobList(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stu
 
     @admin.display(description="run at")
     def run_at_short(self, obj: Job) -> str:
-        local = timezone.localtime(obj.run_at)
+        # naive under USE_TZ = False: already in TIME_ZONE, as Django stores it
+        local = timezone.localtime(obj.run_at) if timezone.is_aware(obj.run_at) else obj.run_at
         return local.strftime("%Y-%m-%d %H:%M:%S")
 
     @admin.display(description="heartbeat age")
