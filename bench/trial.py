@@ -54,6 +54,14 @@ ap.add_argument(
     help="connections sharing the offer (one commit's flush must not delay the schedule)",
 )
 ap.add_argument("--drain-timeout", type=float, default=30.0, help="wait for the last jobs")
+ap.add_argument(
+    "--server-setting",
+    action="append",
+    default=[],
+    metavar="NAME=VALUE",
+    help="a postgresql.conf line for the trial's cluster, e.g. log_autovacuum_min_duration=0\n"
+    "(repeatable; the report lists them; every other setting stays the server's default)",
+)
 ap.add_argument("--smoke", action="store_true", help="ours only, ~40 s, for CI: checks the record")
 ap.add_argument(
     "--from-json",
@@ -72,6 +80,12 @@ for name, value in (("--rate", A.rate), ("--window", A.window), ("--enqueuers", 
 for name, value in (("--baseline", A.baseline), ("--hold", A.hold), ("--after", A.after)):
     if not value >= 0:
         raise SystemExit(f"trial: {name} must be >= 0, got {value}")
+SERVER_SETTINGS: dict[str, str] = {}
+for line in A.server_setting:
+    name, sep, value = line.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise SystemExit(f"trial: --server-setting must be NAME=VALUE, got {line!r}")
+    SERVER_SETTINGS[name.strip()] = value.strip()
 if A.window is not None and A.baseline < A.window:
     raise SystemExit("trial: --baseline must hold at least one --window (the criteria need it)")
 
@@ -285,7 +299,7 @@ def run() -> tuple[str, dict[str, str], list[dict[str, Any]]]:
     """Every peer through the trial on a cluster of its own."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     recs: list[dict[str, Any]] = []
-    with Cluster(name="trial") as cluster:
+    with Cluster(name="trial", settings=SERVER_SETTINGS) as cluster:
         load = TrialLoad(cluster.title)
         load.start()
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
@@ -293,6 +307,10 @@ def run() -> tuple[str, dict[str, str], list[dict[str, Any]]]:
                 k: conn.execute(f"SHOW {k}").fetchone()[0]
                 for k in ("server_version", "autovacuum", "autovacuum_naptime", "fsync")
             }
+            # what --server-setting changed, as the server reports it
+            set_here = {k: conn.execute(f"SHOW {k}").fetchone()[0] for k in SERVER_SETTINGS}
+            if set_here:
+                server["set"] = ", ".join(f"{k} = {v}" for k, v in set_here.items())
         say(f"cluster on 127.0.0.1:{cluster.port}: {server}")
         try:
             for peer in PEERS:
@@ -332,7 +350,8 @@ def main() -> None:
         f"(pgqueuer batch_size {A.pgqueuer_batch}); own cluster: PostgreSQL "
         f"{server['server_version']}, autovacuum {server['autovacuum']} "
         f"(naptime {server['autovacuum_naptime']}), fsync {server['fsync']}; "
-        f"{os.cpu_count()} cores.",
+        f"{os.cpu_count()} cores"
+        + (f"; set for this run: {server['set']}." if server.get("set") else "."),
         "",
     ]
     md = head + summary(recs) + [""]
