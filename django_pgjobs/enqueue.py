@@ -11,7 +11,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -23,6 +23,7 @@ from django_pgjobs import keys, registry, tracing
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db.cursor import hot_cursor
+from django_pgjobs.db.epoch import from_epoch_us
 from django_pgjobs.db.job_insert import (
     DELAYED_RUN_AT,
     JOB_BY_KEY,
@@ -106,9 +107,6 @@ def _row_to_job(model: type[Job], alias: str, row: Sequence[Any]) -> Job:
     return model.from_db(alias, attnames, values)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def as_django_time(value: datetime) -> datetime:
     """A time as the ORM returns it: aware with ``USE_TZ``, else naive in ``TIME_ZONE``
     (so ``enqueue()`` and a fresh ``Job.objects.get()`` agree, and both compare with
@@ -119,7 +117,10 @@ def as_django_time(value: datetime) -> datetime:
 
 
 def _from_epoch_us(microseconds: int) -> datetime:
-    return as_django_time(_EPOCH + timedelta(microseconds=microseconds))
+    value = from_epoch_us(microseconds)
+    if value is None:  # enqueue() writes only times a datetime holds
+        raise ValueError(f"the server returned a time no datetime holds: {microseconds}")
+    return as_django_time(value)
 
 
 def new_job(

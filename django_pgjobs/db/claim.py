@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.types.string import TextLoader
 
 from django_pgjobs.db.cursor import Connection, hot_cursor, json_value_or_placeholder
+from django_pgjobs.db.epoch import epoch_us, from_epoch_us
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.decoding import Undecodable
@@ -43,30 +44,6 @@ from django_pgjobs.states import JobStatus
 # in a server crash leaves the job pending and it runs again (at-least-once), and
 # the completion, which commits synchronously, flushes the claim's WAL before it.
 ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
-
-
-#: ``epoch_us`` counts from here.
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def epoch_us(column: str) -> str:
-    """``column`` (timestamptz) as epoch microseconds, NULL when infinite: Django's
-    timestamptz loader parses text in Python, a tenth of a drain worker's CPU when
-    the claim returned ``run_at`` itself, and it gives naive times under
-    ``USE_TZ = False`` while the claim front compares them with a NOTIFY's aware
-    ones. A bigint decodes in C; ``from_epoch_us`` makes it an aware UTC time."""
-    return f"CASE WHEN isfinite({column}) THEN (extract(epoch FROM {column}) * 1000000)::bigint END"
-
-
-def from_epoch_us(microseconds: int | None) -> datetime | None:
-    """An ``epoch_us`` value as an aware UTC time (None: infinite, or before year 1,
-    which no datetime holds: the claim front only skips it)."""
-    if microseconds is None:
-        return None
-    try:
-        return _EPOCH + timedelta(microseconds=microseconds)
-    except OverflowError:
-        return None
 
 
 # Marks the rows of ``picked`` as claimed. attempts and lease are bumped at claim

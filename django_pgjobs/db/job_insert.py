@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django_pgjobs.db.epoch import epoch_us
 from django_pgjobs.db.notify import due_payload
 from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL
 from django_pgjobs.states import JobStatus
@@ -70,8 +71,8 @@ WITH ins AS (
 )
 SELECT ins.id,
        -- times as exact epoch microseconds: cheaper to decode than timestamptz
-       (extract(epoch FROM ins.run_at) * 1000000)::bigint,
-       (extract(epoch FROM ins.created_at) * 1000000)::bigint,
+       {epoch_us("ins.run_at")},
+       {epoch_us("ins.created_at")},
        pg_notify('{NOTIFY_CHANNEL}', {due_payload("ins.queue", "ins.run_at", "ins.priority")})::text
   FROM ins
 """

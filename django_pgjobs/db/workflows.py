@@ -5,6 +5,7 @@ and the repair pass. How a blocked job is released: ``db/workflow_trigger.py``.
 
 from __future__ import annotations
 
+from django_pgjobs.db.epoch import epoch_us
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import DEPENDENCY, JOB, NOTIFY_CHANNEL, RESULT, WORKFLOW
 from django_pgjobs.db.workflow_trigger import BLOCKED, CANCELLED, FINISHED_SQL, PENDING, RUNNING
@@ -64,8 +65,7 @@ WITH nodes AS (
                          %(e_parent_node)s::text[], %(e_on_failure)s::text[],
                          %(e_receives)s::text[])
 )
-SELECT id, (extract(epoch FROM run_at) * 1000000)::bigint,
-       (extract(epoch FROM created_at) * 1000000)::bigint, NULL
+SELECT id, {epoch_us("run_at")}, {epoch_us("created_at")}, NULL
   FROM nodes
 UNION ALL
 SELECT NULL, NULL, NULL, pg_notify('{NOTIFY_CHANNEL}', q)::text FROM unnest(%(notify)s::text[]) AS q
