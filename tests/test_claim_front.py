@@ -398,8 +398,9 @@ def test_the_front_compares_aware_times_when_use_tz_is_off() -> None:
 @pytest.mark.process
 def test_a_worker_with_use_tz_off_runs_a_stream_of_jobs(start_worker: Any) -> None:
     """The same rule in a real ``runjobs`` under ``USE_TZ = False``: jobs enqueued one
-    by one (each NOTIFY may land during a claim) all run, and the claim loop never
-    fails (it did: the claimed rows then waited for the reaper)."""
+    by one (each NOTIFY may land during a claim) all run, and neither the listen
+    connection nor the claim loop fails (both compared naive with aware times: the
+    listen connection reconnected after each, a claim's rows waited for the reaper)."""
     worker = start_worker(
         "--concurrency", "2", env={"DJANGO_SETTINGS_MODULE": "tests.settings_no_tz"}
     )
@@ -419,6 +420,7 @@ def test_a_worker_with_use_tz_off_runs_a_stream_of_jobs(start_worker: Any) -> No
     worker.signal(15)
     assert worker.wait(timeout=30) == 0, worker.output()
     assert "unexpected error in the claim loop" not in worker.output(), worker.output()
+    assert "error on the listen connection" not in worker.output(), worker.output()
     assert "Traceback" not in worker.output(), worker.output()
 
 

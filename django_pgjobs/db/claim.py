@@ -45,7 +45,6 @@ from django_pgjobs.states import JobStatus
 # the completion, which commits synchronously, flushes the claim's WAL before it.
 ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 
-
 # Marks the rows of ``picked`` as claimed. attempts and lease are bumped at claim
 # time, so a crash mid-job still counts the attempt and a reclaimed job can be told
 # from its zombie. The rows are found with ``id = ANY (ARRAY(SELECT id FROM
