@@ -37,6 +37,7 @@ from django_pgjobs.claim_front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.front_probe import FrontProbe
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
+from django_pgjobs.worker import connection_pool
 from django_pgjobs.worker.claimer import Claimer, ClaimSize
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.heartbeat import Heartbeat, WorkerRow, make_worker_id
@@ -225,7 +226,15 @@ class Worker:
         ]
         if self.listen:
             helpers.append(Listener(self.alias, self.claimer.on_notify, stop))
-        helpers.extend(maintenance_threads(self.services, stop, self.alias))
+        maintenance = maintenance_threads(self.services, stop, self.alias)
+        helpers.extend(maintenance)
+        # Before the first connection: a pool narrower than the threads would starve them.
+        connection_pool.fit_pool(
+            self.alias,
+            jobs=self.concurrency,
+            abandoned=self.max_abandoned,
+            own=connection_pool.own_connections(maintenance=len(maintenance), use_async=use_async),
+        )
         self.row.register(self.alias)
         self.heartbeat.start_pulse()
         flow.sync_queues_quietly(self.alias)
