@@ -1,9 +1,13 @@
 """Parameters for a dedicated psycopg connection made with Django's credentials.
 
-The LISTEN thread and the pg_cron sync open their own psycopg connection (one
-blocks waiting for notifications, the other may need another database). Django's
-``get_connection_params()`` carries options of its own wrapper that a plain
-``psycopg.connect`` must not get; they are dropped here, in one place.
+The LISTEN thread, the heartbeat process and the pg_cron sync open their own psycopg
+connection (the first blocks waiting for notifications, the second runs without
+Django, the last may need another database). Django's ``get_connection_params()``
+carries options of its own wrapper that a plain ``psycopg.connect`` must not get;
+they are dropped here, in one place. What Django runs on each new connection that
+changes what the session may do (``SET ROLE`` for ``OPTIONS["assume_role"]``) is
+``session_setup``: without it the heartbeat process's UPDATE was refused to a login
+role that holds no privilege of its own, and a job holding the GIL ran twice.
 """
 
 from __future__ import annotations
@@ -27,3 +31,13 @@ def psycopg_params(alias: str, **changes: Any) -> dict[str, Any]:
         params.pop(key, None)
     params.update(changes)
     return params
+
+
+def session_setup(alias: str) -> list[str]:
+    """The statements a dedicated connection to ``alias`` runs first, as Django's own
+    connections do: ``SET ROLE`` when ``OPTIONS["assume_role"]`` names one. (Django's
+    session time zone is left out: the dedicated connections read no time as text.)"""
+    role = connections[alias].settings_dict.get("OPTIONS", {}).get("assume_role")
+    if not role:
+        return []
+    return ["SET ROLE '" + str(role).replace("'", "''") + "'"]

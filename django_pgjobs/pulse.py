@@ -26,8 +26,8 @@ while the worker is stopped (SIGSTOP, a debugger: ``/proc/<pid>/stat`` state
 ``T``/``t``), so a frozen worker is still taken for dead.
 
 Protocol, one line each. In (stdin): a JSON object first (connection parameters,
-interval, statements, the worker row's parameters, the health file to touch after
-a beat), then ``+ id lease`` (claimed),
+the statements that set the session up (``SET ROLE``), interval, statements, the
+worker row's parameters, the health file to touch after a beat), then ``+ id lease`` (claimed),
 ``= @started id:lease,...`` (the whole set after a beat that began at ``started``,
 ``time.monotonic()``). Out (stdout): ``ready``,
 then ``lost id lease`` for each lease its beat found lost.
@@ -162,7 +162,14 @@ class Pulse:
         import psycopg
 
         if self.conn is None:
-            self.conn = psycopg.connect(**self.config["connection"], autocommit=True)
+            conn = psycopg.connect(**self.config["connection"], autocommit=True)
+            try:
+                for statement in self.config.get("setup", ()):  # SET ROLE, as Django's
+                    conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
         return self.conn
 
     def beat(self) -> None:

@@ -76,10 +76,11 @@ def manage(
     cron: dict[str, Any] | None = None,
     check: bool = True,
     timeout: float = 120,
+    url: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "DATABASE_URL": cluster.url(db),
+        "DATABASE_URL": url or cluster.url(db),
         "PYTHONPATH": str(ROOT),
         "DJANGO_SETTINGS_MODULE": "tests.cron_settings",
         "PGJOBS_TEST_CRON": json.dumps(cron or {}),
@@ -266,4 +267,30 @@ def test_same_database_uses_cron_schedule_and_refuses_what_pg_cron_cannot_do(
         assert proc.returncode != 0 and fragment in proc.stderr, proc.stderr
         assert set(entries(cluster)) == {"pgjobs:nightly"}  # a refused sync changes nothing
     manage(cluster, "postgres", "sync_cron", "--pg-cron", "--uninstall", cron=ok)
+    assert entries(cluster) == {}
+
+
+def test_a_sync_under_assume_role_schedules_as_the_role_django_works_as(
+    cron_cluster: TempCluster,
+) -> None:
+    """``OPTIONS["assume_role"]`` (here from the URL): Django's connection works as the
+    assumed role, so the sync names it as the entries' user, and its own connection to
+    the pg_cron database must be that role too (pg_cron lets only a superuser schedule
+    for another user: as the login role the sync failed)."""
+    cluster = cron_cluster
+    cluster.create_database("roleapp")
+    manage(cluster, "roleapp", "migrate", "-v0")
+    query(cluster, "postgres", "CREATE ROLE cron_owner NOLOGIN")
+    query(cluster, "postgres", "CREATE ROLE cron_login LOGIN NOINHERIT IN ROLE cron_owner")
+    query(cluster, "postgres", "GRANT USAGE ON SCHEMA cron TO cron_owner")
+    query(cluster, "postgres", "GRANT pg_read_all_settings TO cron_owner")  # cron.database_name
+    query(cluster, "postgres", "GRANT EXECUTE ON FUNCTION cron.schedule_in_database TO cron_owner")
+    query(cluster, "roleapp", "GRANT ALL ON ALL TABLES IN SCHEMA public TO cron_owner")
+    query(cluster, "roleapp", "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO cron_owner")
+    url = f"postgres://cron_login@127.0.0.1:{cluster.port}/roleapp?assume_role=cron_owner"
+    ok = {"nightly": {"task": ADD, "schedule": "0 3 * * *", "args": [1, 2]}}
+    out = manage(cluster, "roleapp", "sync_cron", "--pg-cron", cron=ok, url=url).stdout
+    assert re.search(r"created\s+pgjobs:nightly", out), out
+    assert entries(cluster)["pgjobs:nightly"][3:5] == ("roleapp", "cron_owner")
+    manage(cluster, "roleapp", "sync_cron", "--pg-cron", "--uninstall", cron=ok, url=url)
     assert entries(cluster) == {}

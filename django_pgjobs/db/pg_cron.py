@@ -26,9 +26,11 @@ CRON_ENTRIES = (
 )
 
 # Create or update an entry (pg_cron matches on jobname): in this database, or in
-# another one from the pg_cron database (active, as the given user).
+# another one from the pg_cron database (active). The user is left NULL: pg_cron then
+# takes current_user, which the sync's connection shares with Django's (the same
+# credentials and role); a user named, even one's own, needs a superuser.
 CRON_SCHEDULE = "SELECT cron.schedule(%s, %s, %s)"
-CRON_SCHEDULE_IN_DATABASE = "SELECT cron.schedule_in_database(%s, %s, %s, %s, %s, true)"
+CRON_SCHEDULE_IN_DATABASE = "SELECT cron.schedule_in_database(%s, %s, %s, %s, NULL, true)"
 CRON_UNSCHEDULE = "SELECT cron.unschedule(%s::bigint)"
 
 # What an entry of a schedule runs: enqueue one job whose idempotency key is

@@ -32,7 +32,7 @@ from django_pgjobs.db.prune import JOB_PRUNE_BATCH
 from django_pgjobs.db.reap import JOB_REAP_STALE, reap_params
 from django_pgjobs.maintenance.cron import Schedule
 from django_pgjobs.maintenance.pruner import Pruner
-from django_pgjobs.pgconn import psycopg_params
+from django_pgjobs.pgconn import psycopg_params, session_setup
 
 PREFIX = "pgjobs:"
 REAP_ENTRY = PREFIX + "_reap"
@@ -109,8 +109,11 @@ def locate(alias: str | None = None) -> Location:
 @contextmanager
 def _cron_connection(alias: str | None, dbname: str) -> Iterator[psycopg.Connection[Any]]:
     """A psycopg connection to ``dbname`` with the application's credentials."""
-    params = psycopg_params(alias or get_settings().DATABASE, dbname=dbname)
-    with psycopg.connect(**params) as conn:
+    alias = alias or get_settings().DATABASE
+    with psycopg.connect(**psycopg_params(alias, dbname=dbname)) as conn:
+        for statement in session_setup(alias):  # as Django's: the same current_user
+            conn.execute(statement)
+        conn.commit()  # a SET in a transaction rolled back later would be undone with it
         yield conn
 
 
@@ -241,13 +244,7 @@ def sync(
             else:
                 conn.execute(
                     pg_cron.CRON_SCHEDULE_IN_DATABASE,
-                    [
-                        entry.jobname,
-                        entry.schedule,
-                        entry.command,
-                        location.app_database,
-                        location.username,
-                    ],
+                    [entry.jobname, entry.schedule, entry.command, location.app_database],
                 )
         for jobname, row in sorted(existing.items()):
             changes.append(Change(jobname, "removed", row[2]))

@@ -37,7 +37,7 @@ from django.db import connections
 from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.job_outcome import JOB_HEARTBEAT_PULSE, job_heartbeat
 from django_pgjobs.db.workers import WORKER_DELETE, WORKER_UPSERT
-from django_pgjobs.pgconn import psycopg_params
+from django_pgjobs.pgconn import psycopg_params, session_setup
 from django_pgjobs.throttle import Backoff
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.db_errors import DB_ERRORS
@@ -127,6 +127,7 @@ class Heartbeat:
             return
         config = {
             "connection": psycopg_params(self.alias),
+            "setup": session_setup(self.alias),
             "interval": self.interval,
             "heartbeat": JOB_HEARTBEAT_PULSE,
             "worker_upsert": WORKER_UPSERT,

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from django_pgjobs.db.notify import LISTEN, LISTEN_KEEPALIVE
-from django_pgjobs.pgconn import psycopg_params
+from django_pgjobs.pgconn import psycopg_params, session_setup
 from django_pgjobs.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
@@ -45,6 +45,8 @@ class Listener(threading.Thread):
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = self.connection_class.connect(**psycopg_params(self.alias), autocommit=True)
+        for statement in session_setup(self.alias):
+            conn.execute(statement)
         conn.execute(LISTEN)
         return conn
 
