@@ -4,7 +4,7 @@ Django (the heartbeat process's, the LISTEN connection), work as the same role."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,47 +13,62 @@ from django.db import connection
 from django_pgjobs.models import Job, JobResult
 from tests import run_records
 from tests.conftest import WorkerProcess, wait_until
-from tests.settings_role import LOGIN_ROLE, OWNER_ROLE
 from tests.test_heartbeat_process import HOLD, STALE_AFTER, TIMINGS
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
 Start = Callable[..., WorkerProcess]
-AS_ROLE = {**TIMINGS, "DJANGO_SETTINGS_MODULE": "tests.settings_role"}
+
+
+def _drop(cursor: Any, *roles: str) -> None:
+    for role in roles:
+        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
+        if cursor.fetchone():
+            cursor.execute(f'DROP OWNED BY "{role}"')  # its grants in this database
+            cursor.execute(f'DROP ROLE "{role}"')
 
 
 @pytest.fixture
-def roles(transactional_db: Any) -> None:
-    """A login role without privileges and the role it assumes, which has them all
-    (roles belong to the cluster: made once, kept; grants belong to this database)."""
+def roles(transactional_db: Any) -> Iterator[tuple[str, str]]:
+    """A login role without privileges and the role it assumes, which has them all;
+    named after this test database (roles belong to the cluster, which CI's legs
+    share), dropped afterwards."""
+    name = connection.settings_dict["NAME"].lower()[:40]
+    owner, login = f"{name}_owner", f"{name}_login"
     with connection.cursor() as cursor:
-        for role, login in ((OWNER_ROLE, "NOLOGIN"), (LOGIN_ROLE, "LOGIN")):
-            cursor.execute(
-                f"DO $$ BEGIN CREATE ROLE {role} {login}; "
-                "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
-            )
-        cursor.execute(f"GRANT {OWNER_ROLE} TO {LOGIN_ROLE}")
-        cursor.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {OWNER_ROLE}")
-        cursor.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {OWNER_ROLE}")
-        cursor.execute(f"ALTER ROLE {LOGIN_ROLE} NOINHERIT")  # the privileges after SET ROLE only
-        cursor.execute(f"SELECT has_table_privilege('{LOGIN_ROLE}', 'django_pgjobs_job', 'UPDATE')")
+        _drop(cursor, login, owner)  # left by a run that was killed
+        cursor.execute(f'CREATE ROLE "{owner}" NOLOGIN')
+        # NOINHERIT: the privileges only after SET ROLE
+        cursor.execute(f'CREATE ROLE "{login}" LOGIN NOINHERIT IN ROLE "{owner}"')
+        cursor.execute("SELECT has_table_privilege(%s, 'django_pgjobs_job', 'UPDATE')", [login])
         assert cursor.fetchone() == (False,)
+    yield owner, login
+    with connection.cursor() as cursor:
+        _drop(cursor, login, owner)
 
 
 def test_a_worker_under_assume_role_beats_while_a_job_holds_the_gil(
-    roles: None, start_worker: Start
+    roles: tuple[str, str], start_worker: Start
 ) -> None:
     """The heartbeat process beats for the worker while a job holds the GIL: as the
     login role alone its UPDATE was refused, the job was taken for dead after
     STALE_AFTER and ran again on the other worker."""
+    owner, login = roles
     run_records.create()
     with connection.cursor() as cursor:
-        cursor.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {OWNER_ROLE}")
+        cursor.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{owner}"')
+        cursor.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{owner}"')
+    env = {
+        **TIMINGS,
+        "DJANGO_SETTINGS_MODULE": "tests.settings_role",
+        "PGJOBS_TEST_LOGIN_ROLE": login,
+        "PGJOBS_TEST_OWNER_ROLE": owner,
+    }
     job = jobs.holds_gil.enqueue("gil", HOLD)
-    a = start_worker("--concurrency", "1", env=AS_ROLE)
+    a = start_worker("--concurrency", "1", env=env)
     wait_until(lambda: Job.objects.get(id=job.id).status != "pending", message="a to claim it")
-    b = start_worker("--concurrency", "1", env=AS_ROLE)
+    b = start_worker("--concurrency", "1", env=env)
     done = wait_until(
         lambda: (row := Job.objects.get(id=job.id)).status in ("completed", "dead") and row,
         timeout=90,
