@@ -14,3 +14,16 @@ DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 #: What a claim statement raises when one row's state breaks a constraint.
 DATA_ERRORS = (IntegrityError, DataError)
+
+#: SQLSTATEs that say "this transaction lost a race; run it again": serialization
+#: failure (REPEATABLE READ, SERIALIZABLE) and deadlock. The server rolled it back.
+TRANSACTION_CONFLICTS = frozenset({"40001", "40P01"})
+
+
+def is_transaction_conflict(exc: BaseException) -> bool:
+    """``exc`` (or the psycopg error Django wrapped in it) is a serialization failure
+    or a deadlock."""
+    for candidate in (exc, exc.__cause__, exc.__context__):
+        if getattr(candidate, "sqlstate", None) in TRANSACTION_CONFLICTS:
+            return True
+    return False

@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import threading
+import time
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -31,10 +33,17 @@ from django_pgjobs.exceptions import JobTimeout, LeaseLost, UnknownTask
 from django_pgjobs.retry import backoff
 from django_pgjobs.validation import check_json, check_result_size
 from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.db_errors import is_transaction_conflict
 from django_pgjobs.worker.outcomes import Outcome
 from django_pgjobs.workflows import results
 
 logger = logging.getLogger("django_pgjobs")
+
+#: Times an atomic job's transaction runs again, within its attempt, after losing a
+#: race (serialization failure, deadlock): ``_execute_atomic``.
+CONFLICT_RERUNS = 5
+#: Seconds: the first re-run waits up to this long, each next one twice as long.
+CONFLICT_BACKOFF = 0.02
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -346,16 +355,50 @@ def _execute_atomic(
     The lease is checked (and the row locked) only after the handler, so the
     heartbeat thread is never blocked behind a long job; if the lease moved on
     meanwhile, everything the handler wrote is rolled back.
+
+    A transaction that lost a race (a serialization failure or a deadlock) was rolled
+    back whole, the handler's writes with it, so it runs again at once, up to
+    ``CONFLICT_RERUNS`` times, before it counts as a failed attempt: under
+    ``SERIALIZABLE`` the completion's own index reads conflict with the neighbours'
+    completions, and those conflicts used up atomic jobs' attempts.
     """
     connection = connections[alias]
-    try:
-        with transaction.atomic(using=alias):
-            with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
-                value = _call(definition, context, args, claimed.kwargs)
-            _check_return(value, claimed.task)
-            if not outcomes.complete(connection, claimed, value):
-                raise _Fenced
-    except _Fenced:
+    for rerun in range(CONFLICT_RERUNS + 1):
+        try:
+            with transaction.atomic(using=alias):
+                with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
+                    value = _call(definition, context, args, claimed.kwargs)
+                _check_return(value, claimed.task)
+                if not outcomes.complete(connection, claimed, value):
+                    raise _Fenced
+        except BaseException as exc:  # noqa: BLE001 - sorted out below
+            if rerun < CONFLICT_RERUNS and is_transaction_conflict(exc):
+                logger.info(
+                    "job %s (%s): its transaction lost a race and was rolled back (%s); "
+                    "running it again (%d of %d)",
+                    claimed.id,
+                    claimed.task,
+                    type(exc).__name__,
+                    rerun + 1,
+                    CONFLICT_RERUNS,
+                    extra=outcomes.log_extra(claimed, worker),
+                )
+                # full jitter: the transactions it raced are likely still running
+                time.sleep(random.uniform(0, CONFLICT_BACKOFF * 2**rerun))
+                continue
+            return _atomic_failed(definition, claimed, exc, worker, started_at)
+        return Outcome("completed", value=value, written=True)
+    raise AssertionError("unreachable: the last run returns")  # pragma: no cover
+
+
+def _atomic_failed(
+    definition: JobDefinition,
+    claimed: Claimed,
+    exc: BaseException,
+    worker: str | None,
+    started_at: datetime,
+) -> Outcome:
+    if isinstance(exc, _Fenced):
         return Outcome(
             "fenced",
             exception=LeaseLost(
@@ -363,6 +406,4 @@ def _execute_atomic(
                 "its transaction was rolled back"
             ),
         )
-    except BaseException as exc:  # noqa: BLE001
-        return _failure(definition, claimed, exc, worker, started_at=started_at)
-    return Outcome("completed", value=value, written=True)
+    return _failure(definition, claimed, exc, worker, started_at=started_at)

@@ -415,4 +415,32 @@ def exits_nine(seconds: float) -> None:
     os._exit(9)
 
 
+@job(max_attempts=3, atomic=True, takes_context=True)
+def loses_races(context: JobContext, table: str, races: int) -> int:
+    """An atomic job whose transaction loses a real race on its first ``races`` runs:
+    under REPEATABLE READ it reads ``{table}_counter``, another connection then updates
+    that row and commits, and its own UPDATE fails with a serialization failure (40001).
+    Each run is counted in ``{table}_runs`` from outside the transaction (kept when it
+    rolls back); the job's write to ``table`` counts only when it commits."""
+    import psycopg
+
+    from django_pgjobs.pgconn import psycopg_params
+
+    with psycopg.connect(**psycopg_params("default"), autocommit=True) as other:
+        run = other.execute(
+            f"INSERT INTO {table}_runs (job_id) VALUES (%s) RETURNING run", [context.job_id]
+        ).fetchone()[0]  # type: ignore[index]
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute(f"SELECT n FROM {table}_counter WHERE id = 1")  # the snapshot
+            if run <= races:
+                other.execute(f"UPDATE {table}_counter SET n = n + 1 WHERE id = 1")
+            cursor.execute(f"UPDATE {table}_counter SET n = n + 1 WHERE id = 1")
+            cursor.execute(
+                f"INSERT INTO {table} (job_id, lease) VALUES (%s, %s)",
+                [context.job_id, context.lease],
+            )
+    return int(run)
+
+
 from tests.testapp import core_jobs  # noqa: E402,F401  (registers the worker tests' jobs)
