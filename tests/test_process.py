@@ -19,7 +19,7 @@ from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
 from tests.conftest import WorkerProcess, wait_until
 from tests.rows import snapshot
-from tests.testapp import jobs
+from tests.testapp import core_jobs, jobs
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
@@ -299,4 +299,22 @@ def test_survives_its_connections_being_killed(start_worker: Start) -> None:
     job = jobs.add.enqueue(1, 2)
     assert wait_status(job, "completed", timeout=15).result == 3
     wait_until(lambda: listening(w), message="LISTEN to be re-established")
+    assert w.proc.poll() is None
+
+
+def test_async_jobs_query_again_after_their_connection_was_killed(start_worker: Start) -> None:
+    """``async def`` jobs' ORM calls share one connection that outlives each job; once
+    the server dropped it (a restart, a failover; here pg_terminate_backend), every
+    later async query failed with "the connection is closed" until the worker
+    restarted. A failed run now drops it: one failed attempt, then queries work."""
+    w = start_worker("--poll-interval", "0.3")
+    first = core_jobs.async_orm_count_retried.enqueue()
+    wait_status(first, "completed", timeout=15)  # the shared connection is open now
+    assert query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ) != [(0,)]
+    for _ in range(3):  # one at a time: each runs on whatever the last one left
+        job = core_jobs.async_orm_count_retried.enqueue()
+        assert wait_status(job, "completed", timeout=20).attempts <= 2, job_row(job).errors
     assert w.proc.poll() is None

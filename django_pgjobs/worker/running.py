@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_pgjobs import signals
@@ -137,6 +138,19 @@ class JobRuns:
                 return
             outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
         self._finished(entry, outcome)
+        if outcome.kind in ("retry", "dead"):
+            await self._clean_orm_connection()
+
+    async def _clean_orm_connection(self) -> None:
+        """``async def`` jobs' ORM calls share one connection (on asgiref's
+        thread-sensitive thread), which outlives each job: after a failed run, drop it
+        if the failure left it unusable, as ``run_sync`` does for a job thread after
+        every run. Without this, once a restart or a failover broke it, every later
+        async job's query failed with "the connection is closed"."""
+        try:
+            await sync_to_async(_close_if_unusable, thread_sensitive=True)(self.alias)
+        except Exception:  # the next failure tries again
+            logger.exception("could not clean up the async jobs' connection")
 
     def _ended_after_give_up(self, entry: InFlight) -> None:
         """A timed-out run has really ended: its limit slot may go back now."""
@@ -160,3 +174,8 @@ class JobRuns:
         self.observe(elapsed, entry.is_async)
         self.hand_over(entry, outcome)
         self.wake()
+
+
+def _close_if_unusable(alias: str) -> None:
+    """On the thread that runs it: Django's own end-of-request cleanup."""
+    connections[alias].close_if_unusable_or_obsolete()

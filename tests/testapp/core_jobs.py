@@ -71,6 +71,13 @@ async def async_orm_count() -> int:
     return await Job.objects.acount()
 
 
+@job(max_attempts=3)
+async def async_orm_count_retried() -> int:
+    from django_pgjobs.models import Job
+
+    return await Job.objects.acount()
+
+
 @job(max_attempts=1)
 def nap(seconds: float) -> None:
     """A slow job for the fairness test."""
