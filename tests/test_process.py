@@ -308,13 +308,18 @@ def test_async_jobs_query_again_after_their_connection_was_killed(start_worker: 
     later async query failed with "the connection is closed" until the worker
     restarted. A failed run now drops it: one failed attempt, then queries work."""
     w = start_worker("--poll-interval", "0.3")
-    first = core_jobs.async_orm_count_retried.enqueue()
-    wait_status(first, "completed", timeout=15)  # the shared connection is open now
+    for before in (
+        core_jobs.async_orm_count_retried.enqueue(),  # the ORM's shared connection opens
+        # a keyed one's stored result is looked up first, on another thread: one more
+        core_jobs.async_orm_count_retried.using(idempotency_key="before-kill").enqueue(),
+    ):
+        wait_status(before, "completed", timeout=15)
     assert query(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid()"
     ) != [(0,)]
-    for _ in range(3):  # one at a time: each runs on whatever the last one left
-        job = core_jobs.async_orm_count_retried.enqueue()
+    for i in range(6):  # one at a time: each runs on whatever the last one left
+        task = core_jobs.async_orm_count_retried
+        job = (task.using(idempotency_key=f"after-kill-{i}") if i % 2 else task).enqueue()
         assert wait_status(job, "completed", timeout=20).attempts <= 2, job_row(job).errors
     assert w.proc.poll() is None

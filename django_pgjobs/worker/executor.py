@@ -264,7 +264,7 @@ async def aexecute(
     started_at = timezone.now()
     try:
         prepared = (
-            await sync_to_async(_prepare, thread_sensitive=False)(
+            await sync_to_async(_prepare_off_loop, thread_sensitive=False)(
                 claimed, worker, alias, started_at
             )
             if claimed.idempotency_key is not None or claimed.has_parents
@@ -292,6 +292,21 @@ async def aexecute(
         raise
     except BaseException as exc:  # noqa: BLE001
         return last_resort(claimed, exc, worker)
+
+
+def _prepare_off_loop(
+    claimed: Claimed, worker: str | None, alias: str, started_at: datetime
+) -> Outcome | Prepared:
+    """``_prepare`` for an async job, on a thread of the event loop's executor. No
+    request cycle ever ends there, so after a failure (a restart, a failover) the
+    thread drops its connection if it is unusable, as Django does at a request's end;
+    else every later keyed async job on that thread failed with "the connection is
+    closed"."""
+    prepared = _prepare(claimed, worker, alias, started_at)
+    if isinstance(prepared, Outcome) and prepared.kind in ("retry", "dead"):
+        with contextlib.suppress(Exception):  # the next failure tries again
+            connections[alias].close_if_unusable_or_obsolete()
+    return prepared
 
 
 def last_resort(claimed: Claimed, exc: BaseException, worker: str | None) -> Outcome:
