@@ -284,3 +284,16 @@ def test_health_file_follows_the_worker(
     worker.signal(15)
     assert worker.wait(30) == 0
     assert not path.exists()
+
+
+def test_runjobs_with_autocommit_off_exits_at_once_naming_the_setting(
+    transactional_db: Any,
+) -> None:
+    """With ``AUTOCOMMIT = False`` a worker's claims never committed: every job it ran
+    was "fenced" on completion and left pending. It refuses to start instead."""
+    job = Job.objects.enqueue("tests.testapp.jobs.add", args=[1, 2])
+    proc = manage("runjobs", "--burst", settings="tests.settings_no_autocommit", timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "runjobs: DATABASES['default']['AUTOCOMMIT'] is False" in proc.stderr
+    assert "leave AUTOCOMMIT at its default (True)" in proc.stderr
+    assert Job.objects.get(id=job.id).status == "pending"  # nothing was claimed

@@ -80,9 +80,28 @@ def unapplied_migrations(alias: str) -> list[str]:
     return [f"{m.app_label}.{m.name}" for m, backwards in plan if not backwards]
 
 
+def autocommit_problem(alias: str) -> Problem | None:
+    """A worker commits each claim, completion and heartbeat on its own, each thread on
+    its own connection: with Django's autocommit off its claims never committed, so
+    their completions (on another connection) found the lease lost and nothing ran."""
+    if connections[alias].settings_dict.get("AUTOCOMMIT", True):
+        return None
+    return Problem(
+        f"DATABASES[{alias!r}]['AUTOCOMMIT'] is False, and a worker needs Django's "
+        "autocommit: it commits each claim, completion and heartbeat as it goes. Run "
+        "runjobs with settings that leave AUTOCOMMIT at its default (True); enqueueing "
+        "works either way (it writes in your transaction)",
+        fatal=True,
+    )
+
+
 def check(alias: str) -> Problem | None:
-    """Connect, look for the tables and for unapplied django_pgjobs migrations."""
+    """Autocommit on; connect, look for the tables and for unapplied django_pgjobs
+    migrations."""
     connection = connections[alias]
+    autocommit = autocommit_problem(alias)
+    if autocommit is not None:
+        return autocommit
     try:
         with connection.cursor() as cursor:
             cursor.execute(TABLE_EXISTS, [JOB])
