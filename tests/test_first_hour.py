@@ -297,3 +297,33 @@ def test_runjobs_with_autocommit_off_exits_at_once_naming_the_setting(
     assert "runjobs: DATABASES['default']['AUTOCOMMIT'] is False" in proc.stderr
     assert "leave AUTOCOMMIT at its default (True)" in proc.stderr
     assert Job.objects.get(id=job.id).status == "pending"  # nothing was claimed
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("cancel_jobs", "--ids", "{id}"),
+        ("retry_jobs", "--ids", "{id}"),
+        ("pause_queue", "default"),
+        ("resume_queue", "default"),
+        ("reap_jobs",),
+        ("prune_jobs",),
+        ("sync_cron",),
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_commands_that_write_refuse_autocommit_off(
+    transactional_db: Any, argv: tuple[str, ...]
+) -> None:
+    """With autocommit off ``cancel_jobs`` printed "Cancelled 1 job." and the job stayed
+    pending: its write waited in a transaction nothing committed. Each command that
+    writes now refuses, naming the setting, and changes nothing."""
+    job = Job.objects.enqueue("tests.testapp.jobs.add", args=[1, 2])
+    args = [a.format(id=job.id) for a in argv]
+    proc = manage(*args, settings="tests.settings_no_autocommit", timeout=60)
+    assert proc.returncode != 0, proc.stdout
+    assert (
+        f"DATABASES['default']['AUTOCOMMIT'] is False, and {argv[0]} needs Django's autocommit"
+        in proc.stderr
+    ), proc.stderr
+    assert Job.objects.get(id=job.id).status == "pending"

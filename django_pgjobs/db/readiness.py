@@ -80,17 +80,22 @@ def unapplied_migrations(alias: str) -> list[str]:
     return [f"{m.app_label}.{m.name}" for m, backwards in plan if not backwards]
 
 
-def autocommit_problem(alias: str) -> Problem | None:
-    """A worker commits each claim, completion and heartbeat on its own, each thread on
-    its own connection: with Django's autocommit off its claims never committed, so
-    their completions (on another connection) found the lease lost and nothing ran."""
+def autocommit_problem(
+    alias: str,
+    who: str = "a worker",
+    why: str = "it commits each claim, completion and heartbeat as it goes",
+) -> Problem | None:
+    """With Django's autocommit off, what is written outside ``atomic()`` waits in a
+    transaction nothing commits, and ``atomic()`` itself does not commit: a worker's
+    claims never committed (their completions, on another connection, found the lease
+    lost and nothing ran), and ``cancel_jobs`` said "Cancelled 1 job." and changed
+    nothing."""
     if connections[alias].settings_dict.get("AUTOCOMMIT", True):
         return None
     return Problem(
-        f"DATABASES[{alias!r}]['AUTOCOMMIT'] is False, and a worker needs Django's "
-        "autocommit: it commits each claim, completion and heartbeat as it goes. Run "
-        "runjobs with settings that leave AUTOCOMMIT at its default (True); enqueueing "
-        "works either way (it writes in your transaction)",
+        f"DATABASES[{alias!r}]['AUTOCOMMIT'] is False, and {who} needs Django's "
+        f"autocommit: {why}. Run it with settings that leave AUTOCOMMIT at its default "
+        "(True); enqueueing works either way (it writes in your transaction)",
         fatal=True,
     )
 

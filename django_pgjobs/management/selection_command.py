@@ -11,6 +11,7 @@ from django.db import DatabaseError
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
+from django_pgjobs.management.autocommit import require_autocommit
 from django_pgjobs.management.selection import add_selection_arguments, selected_jobs
 from django_pgjobs.managers import JobQuerySet
 
@@ -41,6 +42,7 @@ class SelectionCommand(BaseCommand):
         raise NotImplementedError
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_autocommit(f"{self.verb}_jobs")
         try:
             self._handle(options)
         except DatabaseError as exc:

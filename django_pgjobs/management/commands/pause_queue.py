@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_pgjobs.flow import check_alias, pause_queue, resume_queue
+from django_pgjobs.management.autocommit import require_autocommit
 
 
 class Command(BaseCommand):
@@ -35,6 +36,7 @@ class Command(BaseCommand):
                 check_alias(options["database"], "--database")
             except ValueError as exc:
                 raise CommandError(str(exc), returncode=2) from None
+        require_autocommit("pause_queue" if self.pause else "resume_queue", options["database"])
         try:
             names = change(*options["names"], using=options["database"], create=options["create"])
         except ValueError as exc:

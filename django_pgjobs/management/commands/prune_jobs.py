@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.pruner import Pruner
+from django_pgjobs.management.autocommit import require_autocommit
 from django_pgjobs.management.selection import positive_int, status_list
 from django_pgjobs.states import FINISHED
 
@@ -59,6 +60,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_autocommit("prune_jobs")
         retention = dict(get_settings().RETENTION)
         statuses = options["status"]
         if options["older_than"] is not None:

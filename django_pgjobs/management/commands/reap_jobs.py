@@ -10,6 +10,7 @@ from django.db import DatabaseError, connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.reaper import Reaper
+from django_pgjobs.management.autocommit import require_autocommit
 from django_pgjobs.management.selection import positive_float
 from django_pgjobs.throttle import Backoff
 
@@ -31,6 +32,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_autocommit("reap_jobs")
         reaper = Reaper(stale_after=options["stale_after"])
         if not options["loop"]:
             counts = reaper.run_once()

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance import pgcron
 from django_pgjobs.maintenance.cron import ScheduleError, load_schedules
+from django_pgjobs.management.autocommit import require_autocommit
 
 #: The on/off options by destination, with their help: --pg-cron, and those that only
 #: mean something with it (``handle`` refuses them without it).
@@ -45,6 +46,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_autocommit("sync_cron")
         try:
             schedules = load_schedules()
         except ScheduleError as exc:
