@@ -31,3 +31,9 @@ class WorkerLost(PgJobsError):
 class JobCrashed(PgJobsError):
     """Recorded on a suspect's isolated run whose process died (an exit, a signal)
     without reporting an outcome: the run is charged to the job."""
+
+
+class TransactionLeftOpen(PgJobsError):
+    """A job returned with a transaction still open on its connection (a raw
+    ``BEGIN`` without ``COMMIT``): what it wrote since was never committed, so the
+    attempt fails and the transaction is rolled back."""

@@ -29,10 +29,10 @@ from django_pgjobs.db.job_outcome import encode_result, result_by_key
 from django_pgjobs.decoding import Undecodable
 from django_pgjobs.definition import JobDefinition
 from django_pgjobs.errors import error_entry, storable
-from django_pgjobs.exceptions import JobTimeout, LeaseLost, UnknownTask
+from django_pgjobs.exceptions import JobTimeout, LeaseLost, TransactionLeftOpen, UnknownTask
 from django_pgjobs.retry import backoff
 from django_pgjobs.validation import check_json, check_result_size
-from django_pgjobs.worker import outcomes
+from django_pgjobs.worker import job_connection, outcomes
 from django_pgjobs.worker.db_errors import is_transaction_conflict
 from django_pgjobs.worker.outcomes import Outcome
 from django_pgjobs.workflows import results
@@ -248,7 +248,17 @@ def execute(
             with tracing.job_span(claimed):  # OpenTelemetry "<task> process" span (or a no-op)
                 value = _call(definition, context, args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
+            if job_connection.left_open(alias):
+                job_connection.close(alias)
             return _failure(definition, claimed, exc, worker, started_at=started_at)
+        if job_connection.left_open(alias):
+            job_connection.close(alias)  # the server rolls back what it wrote since BEGIN
+            left = TransactionLeftOpen(
+                f"job {claimed.id} ({claimed.task}) returned with a transaction open on its "
+                "connection (a BEGIN without COMMIT); what it wrote since was rolled back. "
+                "Use transaction.atomic() or @job(atomic=True)"
+            )
+            return _failure(definition, claimed, left, worker, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except BaseException as exc:  # noqa: BLE001 - last resort: never let a thread die
         return last_resort(claimed, exc, worker)

@@ -415,6 +415,22 @@ def exits_nine(seconds: float) -> None:
     os._exit(9)
 
 
+@job(max_attempts=1)
+def leaves_transaction_open(table: str, n: int) -> int:
+    """Writes ``n`` into ``table`` after a raw BEGIN and returns without COMMIT."""
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute(f"INSERT INTO {table} (n) VALUES (%s)", [n])
+    return n
+
+
+@job(max_attempts=1)
+def writes_n(table: str, n: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} (n) VALUES (%s)", [n])
+    return n
+
+
 @job(max_attempts=3, atomic=True, takes_context=True)
 def loses_races(context: JobContext, table: str, races: int) -> int:
     """An atomic job whose transaction loses a real race on its first ``races`` runs:
