@@ -382,8 +382,8 @@ def _execute_atomic(
     meanwhile, everything the handler wrote is rolled back.
 
     A transaction that lost a race (a serialization failure or a deadlock) was rolled
-    back whole, the handler's writes with it, so it runs again at once, up to
-    ``CONFLICT_RERUNS`` times, before it counts as a failed attempt: under
+    back whole, the handler's writes with it, so it runs again after a short jittered
+    wait, up to ``CONFLICT_RERUNS`` times, before it counts as a failed attempt: under
     ``SERIALIZABLE`` the completion's own index reads conflict with the neighbours'
     completions, and those conflicts used up atomic jobs' attempts.
     """
