@@ -41,3 +41,14 @@ def session_setup(alias: str) -> list[str]:
     if not role:
         return []
     return ["SET ROLE '" + str(role).replace("'", "''") + "'"]
+
+
+def set_up_session(conn: Any, alias: str) -> None:
+    """Run ``session_setup(alias)`` on ``conn``, committed (a ``SET`` in a transaction
+    rolled back later would be undone with it). The heartbeat process, which has no
+    Django, runs the same statements from its config."""
+    statements = session_setup(alias)
+    for statement in statements:
+        conn.execute(statement)
+    if statements and not conn.autocommit:
+        conn.commit()

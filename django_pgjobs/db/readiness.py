@@ -31,7 +31,8 @@ class Problem:
     fatal: bool
 
 
-def _sqlstate(exc: BaseException) -> str | None:
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of ``exc`` or of the psycopg error Django wrapped in it."""
     for candidate in (exc, exc.__cause__, exc.__context__):
         state = getattr(candidate, "sqlstate", None)
         if state:
@@ -43,7 +44,7 @@ def is_missing_table(exc: BaseException) -> bool:
     """A ``relation "django_pgjobs_…" does not exist`` error (SQLSTATE 42P01)."""
     return (
         isinstance(exc, ProgrammingError)
-        and _sqlstate(exc) == "42P01"
+        and sqlstate(exc) == "42P01"
         and "django_pgjobs" in str(exc)
     )
 

@@ -32,7 +32,7 @@ from django_pgjobs.db.prune import JOB_PRUNE_BATCH
 from django_pgjobs.db.reap import JOB_REAP_STALE, reap_params
 from django_pgjobs.maintenance.cron import Schedule
 from django_pgjobs.maintenance.pruner import Pruner
-from django_pgjobs.pgconn import psycopg_params, session_setup
+from django_pgjobs.pgconn import psycopg_params, set_up_session
 
 PREFIX = "pgjobs:"
 REAP_ENTRY = PREFIX + "_reap"
@@ -111,9 +111,7 @@ def _cron_connection(alias: str | None, dbname: str) -> Iterator[psycopg.Connect
     """A psycopg connection to ``dbname`` with the application's credentials."""
     alias = alias or get_settings().DATABASE
     with psycopg.connect(**psycopg_params(alias, dbname=dbname)) as conn:
-        for statement in session_setup(alias):  # as Django's: the same current_user
-            conn.execute(statement)
-        conn.commit()  # a SET in a transaction rolled back later would be undone with it
+        set_up_session(conn, alias)  # as Django's: the same current_user
         yield conn
 
 

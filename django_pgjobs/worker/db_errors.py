@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
 
+from django_pgjobs.db.readiness import sqlstate
+
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
 #: The connection (or server) is in trouble: reconnect, back off, repeat.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
@@ -23,7 +25,4 @@ TRANSACTION_CONFLICTS = frozenset({"40001", "40P01"})
 def is_transaction_conflict(exc: BaseException) -> bool:
     """``exc`` (or the psycopg error Django wrapped in it) is a serialization failure
     or a deadlock."""
-    for candidate in (exc, exc.__cause__, exc.__context__):
-        if getattr(candidate, "sqlstate", None) in TRANSACTION_CONFLICTS:
-            return True
-    return False
+    return sqlstate(exc) in TRANSACTION_CONFLICTS

@@ -315,7 +315,7 @@ def _prepare_off_loop(
     prepared = _prepare(claimed, worker, alias, started_at)
     if isinstance(prepared, Outcome) and prepared.kind in ("retry", "dead"):
         with contextlib.suppress(Exception):  # the next failure tries again
-            connections[alias].close_if_unusable_or_obsolete()
+            job_connection.tidy(alias)
     return prepared
 
 

@@ -23,6 +23,13 @@ def left_open(alias: str) -> bool:
     return raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
+def tidy(alias: str) -> None:
+    """Django's own end-of-request cleanup, on the calling thread: a connection left
+    unusable (a restart, a failover) or past ``CONN_MAX_AGE`` is closed. Job threads,
+    the async jobs' ORM thread and the loop's executor threads see no request end."""
+    connections[alias].close_if_unusable_or_obsolete()
+
+
 def close(alias: str) -> None:
     """Throw the connection away: the server rolls the transaction back."""
     connections[alias].close()

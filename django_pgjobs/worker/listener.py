@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from django_pgjobs.db.notify import LISTEN, LISTEN_KEEPALIVE
-from django_pgjobs.pgconn import psycopg_params, session_setup
+from django_pgjobs.pgconn import psycopg_params, set_up_session
 from django_pgjobs.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
@@ -45,8 +45,7 @@ class Listener(threading.Thread):
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = self.connection_class.connect(**psycopg_params(self.alias), autocommit=True)
-        for statement in session_setup(self.alias):
-            conn.execute(statement)
+        set_up_session(conn, self.alias)
         conn.execute(LISTEN)
         return conn
 

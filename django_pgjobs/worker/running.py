@@ -18,10 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from django_pgjobs import signals
-from django_pgjobs.worker import executor, isolated, outcomes
+from django_pgjobs.worker import executor, isolated, job_connection, outcomes
 from django_pgjobs.worker.async_runner import AsyncRunner
 from django_pgjobs.worker.inflight import RUNNING, TIMED_OUT, InFlight, InFlightTable
 from django_pgjobs.worker.outcomes import Outcome
@@ -119,7 +118,7 @@ class JobRuns:
         finally:
             try:
                 # User code may have broken or left open its connection.
-                connections[self.alias].close_if_unusable_or_obsolete()
+                job_connection.tidy(self.alias)
             except BaseException:
                 logger.exception("could not clean up the job thread's connection")
         self._finished(entry, outcome)
@@ -148,7 +147,7 @@ class JobRuns:
         every run. Without this, once a restart or a failover broke it, every later
         async job's query failed with "the connection is closed"."""
         try:
-            await sync_to_async(_close_if_unusable, thread_sensitive=True)(self.alias)
+            await sync_to_async(job_connection.tidy, thread_sensitive=True)(self.alias)
         except Exception:  # the next failure tries again
             logger.exception("could not clean up the async jobs' connection")
 
@@ -174,8 +173,3 @@ class JobRuns:
         self.observe(elapsed, entry.is_async)
         self.hand_over(entry, outcome)
         self.wake()
-
-
-def _close_if_unusable(alias: str) -> None:
-    """On the thread that runs it: Django's own end-of-request cleanup."""
-    connections[alias].close_if_unusable_or_obsolete()
