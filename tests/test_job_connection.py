@@ -7,15 +7,17 @@ uncommitted transaction, which sat "idle in transaction" holding the xmin horizo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection
 
 from django_pgjobs.models import Job
 from django_pgjobs.worker.loop import Worker
 from tests.conftest import run_burst_worker
-from tests.testapp import jobs
+from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,13 +28,25 @@ def table() -> Iterator[str]:
         cursor.execute("CREATE TABLE left_open (n int)")
     yield "left_open"
     with connection.cursor() as cursor:
+        # a transaction left open holds the table: fail here rather than hang
+        cursor.execute("SET lock_timeout = '10s'")
         cursor.execute("DROP TABLE left_open")
+        cursor.execute("RESET lock_timeout")
 
 
 def _rows(table: str) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT n FROM {table} ORDER BY n")
         return [n for (n,) in cursor.fetchall()]
+
+
+def _assert_none_idle_in_transaction() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone() == (0,)
 
 
 @pytest.mark.parametrize("max_age", [0, None], ids=["closed-after-each-job", "persistent"])
@@ -49,12 +63,7 @@ def test_a_job_that_leaves_a_transaction_open_fails_and_its_neighbours_commit(
     assert "a BEGIN without COMMIT" in row.errors[0]["message"]
     assert [Job.objects.get(id=j.id).status for j in later] == ["completed", "completed"]
     assert _rows(table) == [2, 3]  # its own write rolled back, the neighbours' committed
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
-        )
-        assert cursor.fetchone() == (0,)
+    _assert_none_idle_in_transaction()
 
 
 def test_jobs_that_query_in_autocommit_are_not_taken_for_leaving_one_open(table: str) -> None:
@@ -62,3 +71,57 @@ def test_jobs_that_query_in_autocommit_are_not_taken_for_leaving_one_open(table:
     assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=2)) == 0
     assert {Job.objects.get(id=j.id).status for j in done} == {"completed"}
     assert _rows(table) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("max_age", [0, None], ids=["closed-after-each-job", "persistent"])
+def test_an_async_job_that_leaves_the_shared_orm_connection_in_a_transaction_fails(
+    table: str, max_age: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``async def`` jobs' ORM calls share one connection on asgiref's thread: left
+    inside a transaction, every later async job wrote into it, reported completed,
+    and nothing of theirs was ever committed while the worker lived."""
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", max_age)
+    bad = core_jobs.async_leaves_transaction_open.using(priority=10).enqueue(table, 1)
+    later = [core_jobs.async_writes_n.enqueue(table, n) for n in (2, 3)]
+    one_at_a_time = Worker(burst=True, maintenance=False, concurrency=1, async_concurrency=1)
+    assert run_burst_worker(one_at_a_time) == 0
+    row = Job.objects.get(id=bad.id)
+    assert row.status == "dead", row.errors
+    assert row.errors[0]["type"] == "django_pgjobs.exceptions.TransactionLeftOpen"
+    assert "shared ORM connection" in row.errors[0]["message"]
+    assert [Job.objects.get(id=j.id).status for j in later] == ["completed", "completed"]
+    assert _rows(table) == [2, 3]
+    _assert_none_idle_in_transaction()
+    # the shared connection outlives the test (CONN_MAX_AGE = None); close it so the
+    # test database can be dropped
+    asyncio.run(sync_to_async(lambda: connection.close(), thread_sensitive=True)())
+
+
+def test_no_async_job_beside_one_that_leaves_a_transaction_open_counts_as_completed_unwritten(
+    table: str,
+) -> None:
+    """Running beside it on the loop, other async jobs may write into that transaction
+    before anything can notice; whichever job ends first, none whose write was rolled
+    back is reported completed (they fail with TransactionLeftOpen and are retried)."""
+    bad = core_jobs.async_leaves_transaction_open.enqueue(table, 0)
+    beside = [core_jobs.async_writes_n.enqueue(table, n) for n in range(1, 9)]
+    assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=1)) == 0
+    assert Job.objects.get(id=bad.id).status == "dead"
+    written = set(_rows(table))
+    for ran in beside:
+        row = Job.objects.get(id=ran.id)
+        if row.status == "completed":
+            assert row.args[1] in written, f"job {row.id} completed, its write rolled back"
+        else:
+            assert row.status == "dead", row.status
+            assert row.errors[0]["type"] == "django_pgjobs.exceptions.TransactionLeftOpen"
+    _assert_none_idle_in_transaction()
+
+
+def test_async_jobs_that_query_in_autocommit_are_not_taken_for_leaving_one_open(
+    table: str,
+) -> None:
+    done = [core_jobs.async_writes_n.enqueue(table, n) for n in range(6)]
+    assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=3)) == 0
+    assert {Job.objects.get(id=j.id).status for j in done} == {"completed"}
+    assert _rows(table) == [0, 1, 2, 3, 4, 5]

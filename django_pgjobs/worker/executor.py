@@ -253,12 +253,7 @@ def execute(
             return _failure(definition, claimed, exc, worker, started_at=started_at)
         if job_connection.left_open(alias):
             job_connection.close(alias)  # the server rolls back what it wrote since BEGIN
-            left = TransactionLeftOpen(
-                f"job {claimed.id} ({claimed.task}) returned with a transaction open on its "
-                "connection (a BEGIN without COMMIT); what it wrote since was rolled back. "
-                "Use transaction.atomic() or @job(atomic=True)"
-            )
-            return _failure(definition, claimed, left, worker, started_at=started_at)
+            return _failure(definition, claimed, _left_open(claimed), worker, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except BaseException as exc:  # noqa: BLE001 - last resort: never let a thread die
         return last_resort(claimed, exc, worker)
@@ -272,6 +267,7 @@ async def aexecute(
     from asgiref.sync import sync_to_async
 
     started_at = timezone.now()
+    epoch = job_connection.async_epoch(alias)
     try:
         prepared = (
             await sync_to_async(_prepare_off_loop, thread_sensitive=False)(
@@ -295,8 +291,12 @@ async def aexecute(
             raise
         except BaseException as exc:  # noqa: BLE001
             exit_if_forked_child(True)
+            await job_connection.async_left_open(alias, epoch)  # rolled back with the failure
             return _failure(definition, claimed, exc, worker, started_at=started_at)
         exit_if_forked_child(False)
+        if await job_connection.async_left_open(alias, epoch):
+            left = _left_open(claimed, shared=True)
+            return _failure(definition, claimed, left, worker, started_at=started_at)
         return _finish(definition, claimed, value, worker, started_at)
     except asyncio.CancelledError:
         raise
@@ -317,6 +317,19 @@ def _prepare_off_loop(
         with contextlib.suppress(Exception):  # the next failure tries again
             job_connection.tidy(alias)
     return prepared
+
+
+def _left_open(claimed: Claimed, *, shared: bool = False) -> TransactionLeftOpen:
+    by = (
+        "the async jobs' shared ORM connection was left in a transaction (a BEGIN "
+        "without COMMIT, by this job or an async job running beside it)"
+        if shared
+        else "it returned with a transaction open on its connection (a BEGIN without COMMIT)"
+    )
+    return TransactionLeftOpen(
+        f"job {claimed.id} ({claimed.task}): {by}; what it wrote since was rolled back. "
+        "Use transaction.atomic() or @job(atomic=True)"
+    )
 
 
 def last_resort(claimed: Claimed, exc: BaseException, worker: str | None) -> Outcome:

@@ -7,6 +7,9 @@ import asyncio
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connection
+
 from django_pgjobs import JobContext, job
 
 
@@ -152,3 +155,27 @@ def holds_gil_on_cue(folder: str, seconds: int) -> str:
     ctypes.PyDLL(None).sleep(seconds)
     (where / "released").write_text(str(time.time()))
     return "held"
+
+
+@job(max_attempts=1)
+async def async_leaves_transaction_open(table: str, n: int) -> int:
+    """Writes ``n`` into ``table`` through the ORM's thread after a raw BEGIN and
+    returns without COMMIT."""
+
+    def write() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(f"INSERT INTO {table} (n) VALUES (%s)", [n])
+
+    await sync_to_async(write)()
+    return n
+
+
+@job(max_attempts=1)
+async def async_writes_n(table: str, n: int) -> int:
+    def write() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {table} (n) VALUES (%s)", [n])
+
+    await sync_to_async(write)()
+    return n
