@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from django_pgjobs.models import Job
-from django_pgjobs.worker.connection_pool import own_connections, pool_max_size
+from django_pgjobs.worker.connection_pool import fit_pool, own_connections, pool_max_size
 from tests.conftest import wait_until
 from tests.testapp import jobs
 
@@ -76,3 +76,22 @@ def test_own_connections_count_each_thread_that_holds_one() -> None:
     # claimer, completer, heartbeat, metrics (+ reaper and maintenance, + async ORM thread)
     assert own_connections(maintenance=0, use_async=False) == 4
     assert own_connections(maintenance=2, use_async=True) == 7
+
+
+@pytest.mark.django_db  # the test runs inside a transaction, as a TestCase does
+def test_a_worker_started_inside_a_transaction_leaves_the_pool_and_the_transaction(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Widening closes the caller's connection first; inside atomic() that ended the
+    caller's transaction (Django marks it for rollback): its writes were gone."""
+    queued = jobs.noop.enqueue()  # uncommitted, in the test's transaction
+    options = {
+        **connection.settings_dict.get("OPTIONS", {}),
+        "pool": {"min_size": 1, "max_size": 2},
+    }
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+    with caplog.at_level("WARNING", logger="django_pgjobs"):
+        assert fit_pool(connection.alias, jobs=4, abandoned=4, own=5) is None
+    assert "started inside a transaction" in caplog.text
+    assert connection.in_atomic_block and not connection.needs_rollback
+    assert Job.objects.filter(id=queued.id).exists()

@@ -55,6 +55,19 @@ def fit_pool(alias: str, *, jobs: int, abandoned: int, own: int) -> int | None:
     before = pool_max_size(options)
     if before >= need:
         return None
+    if wrapper.in_atomic_block:
+        # Closing this thread's connection would end the caller's transaction (a
+        # worker started inside atomic(), as in a TestCase): leave the pool as it is.
+        logger.warning(
+            "database %r: Django's connection pool hands out at most %d connections and "
+            "this worker can hold %d at once; it was started inside a transaction, so the "
+            "pool cannot be widened (set OPTIONS['pool']['max_size'] to at least %d)",
+            alias,
+            before,
+            need,
+            need,
+        )
+        return None
     widened = dict(options) if isinstance(options, dict) else {}
     widened["max_size"] = need
     wrapper.close()  # give this thread's connection back before the old pool closes
