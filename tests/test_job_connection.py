@@ -27,6 +27,9 @@ def table() -> Iterator[str]:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE left_open (n int)")
     yield "left_open"
+    # async jobs' shared ORM connection outlives the test (no request ends on its
+    # thread); closed, the test database can be dropped
+    asyncio.run(sync_to_async(lambda: connection.close(), thread_sensitive=True)())
     with connection.cursor() as cursor:
         # a transaction left open holds the table: fail here rather than hang
         cursor.execute("SET lock_timeout = '10s'")
@@ -92,9 +95,6 @@ def test_an_async_job_that_leaves_the_shared_orm_connection_in_a_transaction_fai
     assert [Job.objects.get(id=j.id).status for j in later] == ["completed", "completed"]
     assert _rows(table) == [2, 3]
     _assert_none_idle_in_transaction()
-    # the shared connection outlives the test (CONN_MAX_AGE = None); close it so the
-    # test database can be dropped
-    asyncio.run(sync_to_async(lambda: connection.close(), thread_sensitive=True)())
 
 
 def test_no_async_job_beside_one_that_leaves_a_transaction_open_counts_as_completed_unwritten(
@@ -125,3 +125,17 @@ def test_async_jobs_that_query_in_autocommit_are_not_taken_for_leaving_one_open(
     assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=3)) == 0
     assert {Job.objects.get(id=j.id).status for j in done} == {"completed"}
     assert _rows(table) == [0, 1, 2, 3, 4, 5]
+
+
+def test_an_async_job_returning_while_another_ones_query_runs_is_not_taken_for_one(
+    table: str,
+) -> None:
+    """The shared connection is busy (ACTIVE) with a neighbour's query when these
+    return: the check waits for it on that thread and finds it idle."""
+    slow = core_jobs.async_sleeps_in_the_database.using(priority=10).enqueue(1.5)
+    quick = [core_jobs.async_writes_n.enqueue(table, n) for n in range(4)]
+    no_orm = [core_jobs.async_sleep.enqueue(0.2) for _ in range(3)]  # end mid-query
+    assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=1)) == 0
+    assert Job.objects.get(id=slow.id).status == "completed"
+    assert {Job.objects.get(id=j.id).status for j in quick + no_orm} == {"completed"}
+    assert _rows(table) == [0, 1, 2, 3]

@@ -179,3 +179,14 @@ async def async_writes_n(table: str, n: int) -> int:
 
     await sync_to_async(write)()
     return n
+
+
+@job(max_attempts=1)
+async def async_sleeps_in_the_database(seconds: float) -> None:
+    """Holds the async jobs' shared ORM thread in one query for ``seconds``."""
+
+    def sleep() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+    await sync_to_async(sleep)()
