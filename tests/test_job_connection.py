@@ -131,11 +131,15 @@ def test_an_async_job_returning_while_another_ones_query_runs_is_not_taken_for_o
     table: str,
 ) -> None:
     """The shared connection is busy (ACTIVE) with a neighbour's query when these
-    return: the check waits for it on that thread and finds it idle."""
-    slow = core_jobs.async_sleeps_in_the_database.using(priority=10).enqueue(1.5)
+    return: none is taken for one that left a transaction open, and those that sent
+    no query are not held until that query ends."""
+    slow = core_jobs.async_sleeps_in_the_database.using(priority=10).enqueue(2.0)
     quick = [core_jobs.async_writes_n.enqueue(table, n) for n in range(4)]
     no_orm = [core_jobs.async_sleep.enqueue(0.2) for _ in range(3)]  # end mid-query
     assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=1)) == 0
     assert Job.objects.get(id=slow.id).status == "completed"
     assert {Job.objects.get(id=j.id).status for j in quick + no_orm} == {"completed"}
+    slow_end = Job.objects.get(id=slow.id).finished_at
+    for ran in Job.objects.filter(id__in=[j.id for j in no_orm]):
+        assert (slow_end - ran.finished_at).total_seconds() > 1.0, "held behind the query"
     assert _rows(table) == [0, 1, 2, 3]

@@ -267,8 +267,8 @@ async def aexecute(
     from asgiref.sync import sync_to_async
 
     started_at = timezone.now()
-    epoch = job_connection.async_epoch(alias)
     try:
+        epoch = (await job_connection.shared_watch(alias)).rollbacks  # hops once a process
         prepared = (
             await sync_to_async(_prepare_off_loop, thread_sensitive=False)(
                 claimed, worker, alias, started_at

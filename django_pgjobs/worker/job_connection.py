@@ -9,61 +9,95 @@ uncommitted transaction, which also held the xmin horizon ("idle in transaction"
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import sync_to_async
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 
-# Per alias: the connection wrapper of asgiref's thread-sensitive thread, where every
-# ``async def`` job's ORM calls run (``sync_to_async``, ``aget``, ``acreate``...).
-_shared_async: dict[str, BaseDatabaseWrapper] = {}
-_rollbacks: dict[str, int] = {}  # per alias: times that connection was found open
+_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+
+def _left_open(wrapper: BaseDatabaseWrapper) -> bool:
+    raw = wrapper.connection
+    if wrapper.in_atomic_block or raw is None or raw.closed:
+        return False
+    return raw.info.transaction_status in _OPEN
 
 
 def left_open(alias: str) -> bool:
     """This thread's connection to ``alias`` is inside a transaction that Django did
     not open (outside any ``atomic()`` block, where it should be idle)."""
-    wrapper = connections[alias]
-    raw = wrapper.connection
-    if wrapper.in_atomic_block or raw is None or raw.closed:
-        return False
-    return raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+    return _left_open(connections[alias])
 
 
-def _close_if_left_open(alias: str) -> bool:
-    if left_open(alias):
-        close(alias)
-        _rollbacks[alias] = _rollbacks.get(alias, 0) + 1
-        return True
-    return False
+class _SharedWatch:
+    """On the connection of asgiref's thread-sensitive thread, where every ``async
+    def`` job's ORM calls run (``sync_to_async``, ``aget``, ``acreate``...): after each
+    query sent there, whether it left a raw transaction open. Read from the event
+    loop, it answers without a hop to that thread (~140 us), and without waiting for
+    a neighbour's query under way there."""
+
+    def __init__(self, wrapper: BaseDatabaseWrapper) -> None:
+        self.wrapper = wrapper
+        self.open = False
+        self.rollbacks = 0  # times the connection was found open and closed
+
+    def __call__(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.open = _left_open(self.wrapper)
+
+    def suspect(self) -> bool:
+        """A raw transaction may be open: seen after the last query through Django, or
+        read now from libpq (a query sent past Django's cursors)."""
+        wrapper = self.wrapper
+        if self.open:
+            return True
+        raw = wrapper.connection
+        if raw is None or raw.closed or wrapper.in_atomic_block:
+            return False
+        return raw.info.transaction_status in _OPEN
+
+    def close_if_open(self) -> None:
+        """On the connection's own thread."""
+        if _left_open(self.wrapper):
+            self.wrapper.close()
+            self.rollbacks += 1
+        self.open = False
 
 
-def async_epoch(alias: str) -> int:
-    """How many times the shared async connection was rolled back so far; a job that
-    began before a rollback and ends after it may have written into what was lost."""
-    return _rollbacks.get(alias, 0)
+_watches: dict[str, _SharedWatch] = {}  # per alias
+
+
+def _install(alias: str) -> _SharedWatch:
+    watch = _watches.get(alias)
+    if watch is None:
+        wrapper = connections[alias]
+        watch = _watches[alias] = _SharedWatch(wrapper)
+        wrapper.execute_wrappers.append(watch)  # for good: this thread serves only them
+    return watch
+
+
+async def shared_watch(alias: str) -> _SharedWatch:
+    watch = _watches.get(alias)
+    if watch is None:  # once per process: installed on that thread
+        watch = await sync_to_async(_install, thread_sensitive=True)(alias)
+    return watch
 
 
 async def async_left_open(alias: str, since: int) -> bool:
     """What an ``async def`` job wrote through the shared ORM connection since it
     began (epoch ``since``) may have been rolled back: the connection was left
     inside a raw transaction, by this job or one running beside it on the loop. A
-    connection found so is closed (the server rolls the transaction back).
-
-    The connection lives on another thread, so the check hops there only when the
-    status read from here is not idle: a hop per job cost ~140 us. Jobs that sent
-    their queries from other threads (``thread_sensitive=False``) are not checked."""
-    wrapper = _shared_async.get(alias)
-    if wrapper is None:
-        wrapper = await sync_to_async(connections.__getitem__, thread_sensitive=True)(alias)
-        _shared_async[alias] = wrapper
-    raw = wrapper.connection
-    if raw is None or raw.closed or raw.info.transaction_status == TransactionStatus.IDLE:
-        # a field of the libpq connection; on its thread a query may be under way
-        # (ACTIVE), so anything but IDLE is settled there, after that query
-        return async_epoch(alias) != since
-    closed = await sync_to_async(_close_if_left_open, thread_sensitive=True)(alias)
-    return closed or async_epoch(alias) != since
+    connection found so is closed (the server rolls the transaction back). Queries
+    sent from other threads (``thread_sensitive=False``) are not checked."""
+    watch = await shared_watch(alias)
+    if watch.suspect():
+        await sync_to_async(watch.close_if_open, thread_sensitive=True)()
+    return watch.rollbacks != since
 
 
 def tidy(alias: str) -> None:
