@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -16,7 +17,7 @@ from django.db import connection
 
 from django_pgjobs.models import Job
 from django_pgjobs.worker.loop import Worker
-from tests.conftest import run_burst_worker
+from tests.conftest import run_burst_worker, wait_until
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,13 +44,18 @@ def _rows(table: str) -> list[int]:
         return [n for (n,) in cursor.fetchall()]
 
 
-def _assert_none_idle_in_transaction() -> None:
+def _idle_in_transaction() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
         )
-        assert cursor.fetchone() == (0,)
+        (count,) = cursor.fetchone()
+        return int(count)
+
+
+def _assert_none_idle_in_transaction() -> None:
+    assert _idle_in_transaction() == 0
 
 
 @pytest.mark.parametrize("max_age", [0, None], ids=["closed-after-each-job", "persistent"])
@@ -143,3 +149,17 @@ def test_an_async_job_returning_while_another_ones_query_runs_is_not_taken_for_o
     for ran in Job.objects.filter(id__in=[j.id for j in no_orm]):
         assert (slow_end - ran.finished_at).total_seconds() > 1.0, "held behind the query"
     assert _rows(table) == [0, 1, 2, 3]
+
+
+@pytest.mark.process
+def test_an_async_job_timed_out_inside_a_transaction_does_not_leave_it_open(
+    start_worker: Any, table: str
+) -> None:
+    """Cancelled at its timeout, the job never returns to be checked: its transaction
+    sat idle, holding the xmin horizon, until another async job returned."""
+    stuck = core_jobs.async_times_out_in_a_transaction.enqueue(table)
+    worker = start_worker("--concurrency", "1")
+    wait_until(lambda: Job.objects.get(id=stuck.id).status == "dead", timeout=20)
+    wait_until(lambda: _idle_in_transaction() == 0, timeout=10, message="no idle transaction")
+    assert worker.proc.poll() is None, worker.output()
+    assert _rows(table) == []

@@ -134,6 +134,7 @@ class JobRuns:
             if isinstance(exc, asyncio.CancelledError) and entry.state != RUNNING:
                 # the watchdog or the shutdown already dealt with it
                 self._ended_after_give_up(entry)
+                await self._roll_back_left_open()
                 return
             outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
         self._finished(entry, outcome)
@@ -150,6 +151,15 @@ class JobRuns:
             await sync_to_async(job_connection.tidy, thread_sensitive=True)(self.alias)
         except Exception:  # the next failure tries again
             logger.exception("could not clean up the async jobs' connection")
+
+    async def _roll_back_left_open(self) -> None:
+        """A run cancelled inside a raw transaction on the shared ORM connection left
+        it open, "idle in transaction" and holding the xmin horizon until the next
+        async job returned, however long that took: roll it back now."""
+        try:
+            await job_connection.async_left_open(self.alias, since=-1)
+        except (Exception, asyncio.CancelledError):  # shutdown: the exit closes it
+            logger.exception("could not check the async jobs' connection")
 
     def _ended_after_give_up(self, entry: InFlight) -> None:
         """A timed-out run has really ended: its limit slot may go back now."""

@@ -190,3 +190,16 @@ async def async_sleeps_in_the_database(seconds: float) -> None:
             cursor.execute("SELECT pg_sleep(%s)", [seconds])
 
     await sync_to_async(sleep)()
+
+
+@job(max_attempts=1, timeout=1.0)
+async def async_times_out_in_a_transaction(table: str) -> None:
+    """BEGIN and a write on the shared ORM connection, then sleeps past its timeout."""
+
+    def write() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(f"INSERT INTO {table} (n) VALUES (1)")
+
+    await sync_to_async(write)()
+    await asyncio.sleep(30)
