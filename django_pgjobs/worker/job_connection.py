@@ -53,13 +53,7 @@ class _SharedWatch:
     def suspect(self) -> bool:
         """A raw transaction may be open: seen after the last query through Django, or
         read now from libpq (a query sent past Django's cursors)."""
-        wrapper = self.wrapper
-        if self.open:
-            return True
-        raw = wrapper.connection
-        if raw is None or raw.closed or wrapper.in_atomic_block:
-            return False
-        return raw.info.transaction_status in _OPEN
+        return self.open or _left_open(self.wrapper)
 
     def close_if_open(self) -> None:
         """On the connection's own thread."""
