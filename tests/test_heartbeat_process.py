@@ -301,12 +301,14 @@ def test_a_stopped_worker_is_still_taken_for_dead(start_worker: Start, runs: str
 # -- the process itself ----------------------------------------------------------------
 
 
-def started_link(worker_id: str, on_lost: Callable[[int, int], None]) -> PulseLink:
-    """A heartbeat process beating every 0.2 s for a worker row ``worker_id``."""
+def started_link(
+    worker_id: str, on_lost: Callable[[int, int], None], *, interval: float = 0.2
+) -> PulseLink:
+    """A heartbeat process beating every ``interval`` for a worker row ``worker_id``."""
     link = PulseLink(worker_id=worker_id, on_lost=on_lost)
     row = {"id": worker_id, "host": "h", "pid": os.getpid(), "queues": '["*"]'}
     row |= {"concurrency": 1, "tasks": "[]"}
-    config = {"connection": psycopg_params("default"), "interval": 0.2, "worker_row": row}
+    config = {"connection": psycopg_params("default"), "interval": interval, "worker_row": row}
     assert link.start({**config, "heartbeat": JOB_HEARTBEAT_PULSE, "worker_upsert": WORKER_UPSERT})
     return link
 
@@ -342,7 +344,9 @@ def test_the_process_is_quiet_only_while_the_worker_beat_recently(
     server) must not: the rows would age past STALE_AFTER while the process waits."""
     ours = make_job("running", heartbeat_age=3600)
     worker_id = f"pulse-quiet-{began_ago:.0f}"
-    link = started_link(worker_id, on_lost=lambda j, lease: None)
+    # Interval 1 s: the process waits 1.5 s of silence, wide beside the loop's word
+    # every 0.1 s plus a query (at 0.2 s it beat once on a loaded CI box).
+    link = started_link(worker_id, on_lost=lambda j, lease: None, interval=1.0)
     try:
         link.added([(ours.id, 1)])
         wait_until(link.ready.is_set, message="the process ready")

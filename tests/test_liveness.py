@@ -155,7 +155,11 @@ def test_a_worker_whose_every_slot_is_stuck_goes_stale(
         timeout=90,
         message="the health file touched again: " + worker.output(),
     )
-    assert "touched again" in worker.output()
+    wait_until(  # logged just after the touch
+        lambda: "touched again" in worker.output(),
+        timeout=10,
+        message="the log's 'touched again': " + worker.output(),
+    )
     stop_cleanly(worker)
 
 
