@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 #: Below the oldest job a claim took, how far the bound stays back: an enqueue that
@@ -160,13 +160,20 @@ class ClaimFront:
     ) -> None:
         """The claim that asked for ``asked`` jobs took these (their ``run_at`` and
         ``priority``)."""
+        self.took(min(run_ats) if run_ats else None, len(run_ats), asked, priorities)
+
+    def took(
+        self, earliest: datetime | None, count: int, asked: int, priorities: Iterable[int] = ()
+    ) -> None:
+        """``claimed``, told the earliest ``run_at`` of the ``count`` jobs taken (the
+        worker converts one time per claim, not one per job)."""
         with self._lock:
             self._claiming = False
             self._seen.update(priorities)
             if not self._unsure_in_claim:  # this claim saw the announced job
                 self._unsure = False
-            if 0 < len(run_ats) < asked:
-                since: datetime | None = min(run_ats) - SLACK
+            if earliest is not None and 0 < count < asked:
+                since: datetime | None = earliest - SLACK
                 if self._heard_in_claim:
                     since = _lower(since, self._heard_low)
                 self._since = since

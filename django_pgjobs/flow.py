@@ -28,6 +28,7 @@ from django_pgjobs.claim_front import ClaimFront
 from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.db.claim import Claimed, pending_queues
 from django_pgjobs.db.claim_limited import queue_limits
+from django_pgjobs.db.epoch import from_epoch_us
 from django_pgjobs.db.job_outcome import job_release
 from django_pgjobs.db.notify import JOB_NOTIFY
 from django_pgjobs.db.tables import QUEUE
@@ -412,8 +413,10 @@ class FlowState:
                 connection, worker=worker, n=n, since=since, levels=levels, **options
             )
             # Every row the claim took, before unknown tasks are given back below.
-            run_ats = [c.run_at for c in claimed if c.run_at is not None]
-            front.claimed(run_ats, n, [c.priority for c in claimed])
+            # ... as epoch microseconds: the front needs the smallest only.
+            run_ats = [c.run_at_us for c in claimed if c.run_at_us is not None]
+            earliest = from_epoch_us(min(run_ats)) if run_ats else None
+            front.took(earliest, len(run_ats), n, [c.priority for c in claimed])
         if not claimed and self.queues is None and not self.notified:
             self.pending = None  # no NOTIFY announces a new queue: read the list again
         if claimed and options["tasks"] is None:

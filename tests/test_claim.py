@@ -68,8 +68,9 @@ def test_claim_returns_what_the_worker_needs() -> None:
         "emails",
         5,
         "claim-k",
-        run_at=job.run_at.replace(year=2000),
+        run_at_us=c.run_at_us,
     )
+    assert c.run_at == job.run_at.replace(year=2000)
     assert c.run_at is not None and c.run_at.microsecond == job.run_at.microsecond
 
 

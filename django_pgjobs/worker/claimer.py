@@ -152,8 +152,13 @@ class Claimer:
     _stop: threading.Event = field(default_factory=threading.Event, init=False)  # stop claiming
 
     def wake(self) -> None:
-        """Something changed (a slot freed, an outcome written, a NOTIFY): look again."""
-        self._wakeup.set()
+        """Something changed (a slot freed, an outcome written, a NOTIFY): look again.
+
+        Called once per finished job: already set, it is left alone (``Event.set``
+        takes a lock and notifies; the loop clears the event before it looks, so a
+        change made before this call is seen either way)."""
+        if not self._wakeup.is_set():
+            self._wakeup.set()
 
     def request_stop(self) -> None:
         self._stop.set()
