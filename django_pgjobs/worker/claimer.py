@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from django_pgjobs import flow, registry, signals
+from django_pgjobs import flow, registry, signals, tracing
 from django_pgjobs.claim_front import ClaimFront
 from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.job_outcome import job_dead_exhausted, job_heartbeat, job_release
@@ -306,6 +306,7 @@ class Claimer:
     def dispatch(self, runs: JobRuns, claimed: list[Claimed]) -> None:
         """Enter the claimed jobs in the in-flight table, then hand them to the runners."""
         entries: list[InFlight] = []
+        tracer = tracing.tracer()
         for c in claimed:
             definition = registry.find(c.task)
             timeout = (
@@ -318,7 +319,9 @@ class Claimer:
                 and not definition.atomic
                 and not c.suspect  # a suspect's job thread waits for its own process
             )
-            entries.append(InFlight(c, make_context(c, self.worker_id), is_async, timeout))
+            entry = InFlight(c, make_context(c, self.worker_id), is_async, timeout)
+            entry.tracer = tracer
+            entries.append(entry)
         self.size.claimed(entries)
         self.table.add(entries)
         if signals.jobs_claimed.receivers:

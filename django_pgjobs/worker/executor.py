@@ -230,7 +230,12 @@ def _finish(
 
 
 def execute(
-    claimed: Claimed, *, worker: str | None, alias: str, context: JobContext | None = None
+    claimed: Claimed,
+    *,
+    worker: str | None,
+    alias: str,
+    context: JobContext | None = None,
+    tracer: Any = tracing.LOOK_UP,
 ) -> Outcome:
     """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
     started_at = timezone.now()  # when this attempt began, for its error entry
@@ -245,7 +250,7 @@ def execute(
         if definition.atomic:
             return _execute_atomic(definition, claimed, context, worker, alias, started_at, args)
         try:
-            with tracing.job_span(claimed):  # OpenTelemetry "<task> process" span (or a no-op)
+            with tracing.job_span(claimed, tracer):  # OpenTelemetry "<task> process" span
                 value = _call(definition, context, args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
             if job_connection.left_open(alias):
@@ -260,7 +265,12 @@ def execute(
 
 
 async def aexecute(
-    claimed: Claimed, *, worker: str | None, alias: str, context: JobContext
+    claimed: Claimed,
+    *,
+    worker: str | None,
+    alias: str,
+    context: JobContext,
+    tracer: Any = tracing.LOOK_UP,
 ) -> Outcome:
     """Run an ``async def`` job on the caller's event loop; never raises except
     ``asyncio.CancelledError`` when the worker cancels the run (timeout, shutdown)."""
@@ -284,7 +294,7 @@ async def aexecute(
         call_args = [context, *args] if definition.takes_context else args
         _running.job = True  # the worker's loop thread runs nothing but jobs
         try:
-            with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
+            with tracing.job_span(claimed, tracer):  # OpenTelemetry span (or a no-op)
                 value = await definition.func(*call_args, **kwargs)
         except asyncio.CancelledError:
             exit_if_forked_child(True)

@@ -26,7 +26,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from django_pgjobs import tracing
 from django_pgjobs.context import JobContext
 from django_pgjobs.db.claim import Claimed
 
@@ -59,6 +61,8 @@ class InFlight:
     #: yet, and a worker stopping then must wait for it (``unsettled``), or the
     #: completer could close before it and leave the job to the reaper.
     handed: bool = False
+    #: The OpenTelemetry tracer of its span (``tracing.tracer()``, asked once per claim).
+    tracer: Any = field(default=tracing.LOOK_UP, repr=False)
 
 
 class InFlightTable:

@@ -188,6 +188,18 @@ def signal_args(claimed: Claimed, worker: str | None) -> dict[str, Any]:
 
 def report(claimed: Claimed, outcome: Outcome, *, ours: bool, worker: str | None) -> None:
     """Log and signal what happened; never raises."""
+    if (
+        ours
+        and outcome.kind == "completed"
+        and not _after_write
+        and not signals.job_succeeded.receivers
+        and not outcome.extra
+        and not logger.isEnabledFor(logging.DEBUG)
+    ):
+        # The hot path (a drain's every job): nothing to log, signal or call back, so
+        # none of the dicts below is built. ``_after_write`` is read without its lock:
+        # a callback is registered before the write it waits for is even queued.
+        return
     base = signal_args(claimed, worker)
     extra = log_extra(claimed, worker)
     with _after_write_lock:

@@ -111,7 +111,11 @@ class JobRuns:
                 outcome = isolated.run(entry, worker=self.worker_id, alias=self.alias)
             else:
                 outcome = executor.execute(
-                    entry.claimed, worker=self.worker_id, alias=self.alias, context=entry.context
+                    entry.claimed,
+                    worker=self.worker_id,
+                    alias=self.alias,
+                    context=entry.context,
+                    tracer=entry.tracer,
                 )
         except BaseException as exc:  # noqa: BLE001 - execute() should not raise; be safe
             outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
@@ -128,7 +132,11 @@ class JobRuns:
             return
         try:
             outcome = await executor.aexecute(
-                entry.claimed, worker=self.worker_id, alias=self.alias, context=entry.context
+                entry.claimed,
+                worker=self.worker_id,
+                alias=self.alias,
+                context=entry.context,
+                tracer=entry.tracer,
             )
         except BaseException as exc:  # noqa: BLE001 - cancelled: timeout or shutdown
             if isinstance(exc, asyncio.CancelledError) and entry.state != RUNNING:
