@@ -14,8 +14,10 @@ from django.db import connection
 from django_pgjobs import claims
 from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.claim_limited import job_claim_limited
+from django_pgjobs.db.cursor import int_array, text_array
+from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import JOB
-from django_pgjobs.models import Job
+from django_pgjobs.models import Job, JobResult
 from django_pgjobs.states import JobStatus
 from tests.conftest import dsn
 from tests.rows import make_job
@@ -224,3 +226,20 @@ def test_a_claim_on_a_plain_psycopg_connection_decodes_each_row_on_its_own() -> 
     assert by_id[mate.id].args == [3, 4]
     assert by_id[hostile.id].args == "<undecodable: RecursionError>"
     assert by_id[hostile.id].trace_context is None
+
+
+@pytest.mark.django_db
+def test_completion_arrays_sent_as_literals_round_trip_any_value() -> None:
+    """The completion sends its ids, leases and values as array literals (psycopg
+    dumps a list element by element in Python); quotes, backslashes, braces, commas
+    and the word NULL inside a value come back as they went in, a None stores none."""
+    values: list[Any] = ['a"b\\c', {"k": ["{}", ",", "NULL", "\\\\", '"']}, "NULL", "", None, [1]]
+    made = [jobs.noop.enqueue() for _ in values]
+    claimed = {c.id: c for c in claims.claim(connection, worker="w", queues=None, n=len(values))}
+    assert set(claimed) == {j.id for j in made}
+    items = [(j.id, claimed[j.id].lease, v) for j, v in zip(made, values, strict=True)]
+    assert job_complete_many(connection, items) == {j.id for j in made}
+    stored = {r.job_id: r.value for r in JobResult.objects.filter(job_id__in=claimed)}
+    assert stored == {j.id: v for j, v in zip(made, values, strict=True) if v is not None}
+    assert int_array([]) == "{}"
+    assert text_array([None, 'x"\\']) == '{NULL,"x\\"\\\\"}'

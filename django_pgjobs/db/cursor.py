@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeAlias
 
@@ -152,6 +152,26 @@ def atomic(connection: Connection) -> Any:
     if isinstance(connection, psycopg.Connection):
         return connection.transaction()
     return transaction.atomic(using=connection.alias)
+
+
+def int_array(values: Iterable[int]) -> str:
+    """A ``bigint[]`` parameter as its text literal (the SQL casts it). psycopg dumps a
+    list element by element in Python: a 300-row completion's three arrays took 180 us
+    more as lists than as literals, about a tenth of the worker's CPU in a no-op drain."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def text_array(values: Iterable[str | None]) -> str:
+    """A ``text[]`` (or ``jsonb[]``) parameter as its text literal: NULL for None, each
+    text double-quoted with its backslashes and double quotes escaped."""
+    return (
+        "{"
+        + ",".join(
+            "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            for v in values
+        )
+        + "}"
+    )
 
 
 def _json_value(value: Any, loads: Callable[[str | bytes], Any]) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.db.claim import ASYNC_COMMIT
-from django_pgjobs.db.cursor import Connection, hot_cursor, json_value
+from django_pgjobs.db.cursor import Connection, hot_cursor, int_array, json_value, text_array
 from django_pgjobs.db.errors import dead_letter, error_params, keep_newest
 from django_pgjobs.db.held_slots import hold
 from django_pgjobs.db.moves import declare
@@ -329,12 +329,16 @@ def job_complete_many(
     committed run of the same write completed). Values of type ``Encoded`` are stored
     as they are."""
     items = sorted(items, key=lambda i: i[0])  # lock order: by id
-    ids = [i[0] for i in items]
-    leases = [i[1] for i in items]
-    values = [i[2] if isinstance(i[2], Encoded) else encode_result(i[2]) for i in items]
+    params = {
+        "ids": int_array(i[0] for i in items),
+        "leases": int_array(i[1] for i in items),
+        "values": text_array(
+            i[2] if isinstance(i[2], Encoded) else encode_result(i[2]) for i in items
+        ),
+    }
     statement = JOB_COMPLETE_MANY_REDO if redo else JOB_COMPLETE_MANY
     with hot_cursor(connection) as cursor:
-        cursor.execute(statement, {"ids": ids, "leases": leases, "values": values})
+        cursor.execute(statement, params)
         return {row[0] for row in cursor.fetchall()}
 
 
