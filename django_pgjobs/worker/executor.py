@@ -211,6 +211,8 @@ def _finish(
 ) -> Outcome:
     """The handler returned ``value``: check and encode it here, in the job's own
     thread, so a value that cannot be stored fails this job alone."""
+    if value is None:  # most jobs: nothing to check or store
+        return Outcome("completed")
     try:
         _check_return(value, claimed.task)
         encoded = encode_result(value)
