@@ -160,3 +160,28 @@ def test_raising_receivers_cannot_stop_run_jobs_or_the_reaper(raising: None) -> 
     assert Reaper(stale_after=10).run_once()["reaped"] == 1
     stale.refresh_from_db()
     assert stale.status == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_completion_still_logs_at_debug_and_calls_back_without_receivers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The completer's report returns early for a plain completion when nothing would
+    log, receive or call back; each of those alone still gets its completion."""
+    assert not signals.job_succeeded.receivers
+    logged = jobs.noop.enqueue()
+    with caplog.at_level(logging.DEBUG, logger="django_pgjobs"):
+        _burst()
+    assert any(
+        r.levelno == logging.DEBUG
+        and r.getMessage() == f"job {logged.id} (tests.testapp.jobs.noop) completed"
+        for r in caplog.records
+    )
+    called: list[tuple[str, bool]] = []
+    claimed = jobs.noop.enqueue()
+    Job.objects.filter(id=claimed.id).update(lease=41)  # the next claim makes it 42
+    outcomes.after_write(claimed.id, 42, lambda outcome, ours: called.append((outcome.kind, ours)))
+    caplog.clear()
+    _burst()
+    assert called == [("completed", True)]
+    assert Job.objects.get(id=claimed.id).status == "completed"
