@@ -12,6 +12,10 @@ and 10,000 dead-lettered, their finishes spread over the last hour (about 250 jo
 ``VACUUM ANALYZE``. It then runs the rollup until it has caught up, as the workers'
 maintenance loop does (``--no-rollup`` skips that: the "before" state).
 
+``attach`` readies a database that already holds jobs (a running ``bench/run
+--long-soak``'s, to time the pages on the soak's data while it runs): it migrates the
+test project's other apps and adds the ``bench`` user, and writes no jobs.
+
 ``measure --without-rollup`` empties the rollup first, so the pages count every
 finished job as they did before it (``rollup`` fills it again): both in one sitting.
 
@@ -103,6 +107,20 @@ def setup(rollup: bool) -> None:
         catch_up()
 
 
+def attach() -> None:
+    """Ready a database that already holds jobs for ``measure``: no rows written."""
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    users = get_user_model().objects
+    if not users.filter(username="bench").exists():
+        users.create_superuser("bench", "bench@example.com", "bench")
+
+
 def catch_up() -> None:
     """Run rollup passes until the rollup has reached the present (as the workers do)."""
     import django
@@ -136,7 +154,7 @@ PAGES = (
 )
 
 
-def measure(repeat: int, *, without_rollup: bool = False) -> None:
+def measure(repeat: int, *, without_rollup: bool = False, task: str | None = None) -> None:
     import django
 
     django.setup()
@@ -154,8 +172,14 @@ def measure(repeat: int, *, without_rollup: bool = False) -> None:
     client = Client()
     client.force_login(get_user_model().objects.get(username="bench"))
     with connection.cursor() as cursor:
-        cursor.execute("SELECT max(id) FROM django_pgjobs_job WHERE status = 'dead'")
+        # a dead job's page (it carries an error); on a soak's data, the newest job's
+        cursor.execute(
+            "SELECT coalesce((SELECT max(id) FROM django_pgjobs_job WHERE status = 'dead'),"
+            " (SELECT max(id) FROM django_pgjobs_job))"
+        )
         job = cursor.fetchone()[0]
+        cursor.execute("SELECT status, count(*) FROM django_pgjobs_job GROUP BY 1 ORDER BY 1")
+        rows = ", ".join(f"{n:,} {status}" for status, n in cursor.fetchall())
 
     def timed(run):  # type: ignore[no-untyped-def]
         run()  # warm-up
@@ -173,9 +197,15 @@ def measure(repeat: int, *, without_rollup: bool = False) -> None:
             on_jobs,
         )
 
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f}; jobs: {rows}")
     print(f"{'page':28} {'median ms':>10} {'cpu ms':>7} {'queries':>8} {'on jobs':>8}")
-    for label, url in PAGES:
+    pages = PAGES
+    if task:  # a task the data holds (a soak's): its filter and its search
+        pages += (
+            ("task filter, --task", f"/admin/django_pgjobs/job/?task={task}"),
+            ("search, --task", f"/admin/django_pgjobs/job/?q={task}"),
+        )
+    for label, url in pages:
 
         def load(url: str = url.format(job=job)) -> None:
             response = client.get(url)
@@ -194,7 +224,7 @@ def measure(repeat: int, *, without_rollup: bool = False) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("setup", "measure", "rollup"))
+    parser.add_argument("command", choices=("setup", "attach", "measure", "rollup"))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-rollup", action="store_true", help="setup: leave the rollup empty")
     parser.add_argument(
@@ -202,13 +232,16 @@ def main() -> None:
         action="store_true",
         help="measure: empty the rollup first (the pages read every job; `rollup` refills it)",
     )
+    parser.add_argument("--task", help="measure: also filter and search on this task's name")
     args = parser.parse_args()
     if args.command == "setup":
         setup(rollup=not args.no_rollup)
+    elif args.command == "attach":
+        attach()
     elif args.command == "rollup":
         catch_up()
     else:
-        measure(args.repeat, without_rollup=args.without_rollup)
+        measure(args.repeat, without_rollup=args.without_rollup, task=args.task)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,8 @@ def main() -> None:
     )
     if A.server == "own":
         with Cluster(name="soak") as cluster:
+            # where to point bench/admin_pages.py (attach, measure) while it runs
+            say(f"cluster on 127.0.0.1:{cluster.port}, database {DB}")
             try:
                 rows, lats = soak(str(cluster.port), stamp)
             finally:
