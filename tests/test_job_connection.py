@@ -8,15 +8,18 @@ uncommitted transaction, which sat "idle in transaction" holding the xmin horizo
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.db import connection, connections
 
 from django_pgjobs.models import Job
+from django_pgjobs.worker import job_connection
 from django_pgjobs.worker.loop import Worker
+from django_pgjobs.worker.runners import JobRunners
 from tests.conftest import run_burst_worker, wait_until
 from tests.testapp import core_jobs, jobs
 
@@ -163,3 +166,37 @@ def test_an_async_job_timed_out_inside_a_transaction_does_not_leave_it_open(
     wait_until(lambda: _idle_in_transaction() == 0, timeout=10, message="no idle transaction")
     assert worker.proc.poll() is None, worker.output()
     assert _rows(table) == []
+
+
+def test_a_job_thread_looks_its_connection_up_once_and_other_threads_every_time() -> None:
+    """The job threads' wrapper cache (``serve_jobs``): on a job thread the cached
+    wrapper is that thread's own ``connections[alias]``, the same object every job; a
+    thread not marked (here the test's) looks it up each time, so a rig that deletes
+    the main thread's wrapper gets the new one."""
+    seen: list[tuple[object, object, object]] = []
+    done = threading.Event()
+
+    def look(_: int) -> None:
+        seen.append(
+            (
+                job_connection._wrapper("default"),
+                job_connection._wrapper("default"),
+                connections["default"],
+            )
+        )
+        if len(seen) == 2:
+            done.set()
+
+    runners: JobRunners[int] = JobRunners(1, look, "test-job", job_connection.serve_jobs)
+    try:
+        runners.submit(1)
+        runners.submit(2)
+        assert done.wait(10)
+    finally:
+        runners.shutdown()
+    (first, again, own), (later, _, _) = seen
+    assert first is again is own is later  # the job thread's own wrapper, looked up once
+    assert first is not connections["default"]  # not the test thread's
+    assert job_connection._thread.wrappers is None  # this thread was not marked
+    assert job_connection._wrapper("default") is connections["default"]
+    assert not job_connection.left_open("default")

@@ -22,11 +22,19 @@ T = TypeVar("T")
 
 
 class JobRunners(Generic[T]):
-    """``submit(item)`` runs ``target(item)`` on one of ``n`` threads, in FIFO order."""
+    """``submit(item)`` runs ``target(item)`` on one of ``n`` threads, in FIFO order;
+    each thread first calls ``initializer`` (as ``ThreadPoolExecutor``'s)."""
 
-    def __init__(self, n: int, target: Callable[[T], None], name_prefix: str):
+    def __init__(
+        self,
+        n: int,
+        target: Callable[[T], None],
+        name_prefix: str,
+        initializer: Callable[[], None] | None = None,
+    ):
         self._queue: queue.SimpleQueue[T | None] = queue.SimpleQueue()
         self._target = target
+        self._initializer = initializer
         self._prefix = name_prefix
         self._lock = threading.Lock()
         self._abandoned: set[threading.Thread] = set()
@@ -79,6 +87,8 @@ class JobRunners(Generic[T]):
             return len(self._abandoned)
 
     def _loop(self) -> None:
+        if self._initializer is not None:
+            self._initializer()
         get, target = self._queue.get, self._target
         me = threading.current_thread()
         while (item := get()) is not None:

@@ -51,7 +51,9 @@ class JobRuns:
     loop: AsyncRunner | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.threads = JobRunners(self.concurrency, self.run_sync, "pgjobs-job")
+        self.threads = JobRunners(
+            self.concurrency, self.run_sync, "pgjobs-job", job_connection.serve_jobs
+        )
         self.loop = AsyncRunner(self.run_async, self.async_concurrency) if self.use_async else None
 
     @property
