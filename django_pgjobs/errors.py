@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import traceback as tb
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 #: Characters kept of a message (the start) and of a traceback (the end).
@@ -52,12 +53,13 @@ def error_entry(
     attempt: int,
     exc: BaseException,
     worker: str | None,
-    started_at: datetime | None = None,
+    started_at: datetime | float | None = None,
     *,
     with_traceback: bool = True,
 ) -> dict[str, Any]:
     """The entry of ``Job.errors`` for attempt ``attempt`` failing with ``exc``; never
-    raises. ``started_at``: when the attempt began (the row keeps only the latest
+    raises. ``started_at``: when the attempt began, a datetime or epoch seconds (the
+    worker takes a float per job and converts it only here; the row keeps only the latest
     claim's start, so this is how the Tasks backend knows when the first attempt
     started). ``with_traceback=False``: a plain entry, for when the full one may be
     what the database refused."""
@@ -74,5 +76,13 @@ def error_entry(
         "worker": None if worker is None else storable(lambda: worker),
     }
     if started_at is not None:
-        entry["started_at"] = started_at.isoformat()
+        entry["started_at"] = _moment(started_at).isoformat()
     return entry
+
+
+def _moment(at: datetime | float) -> datetime:
+    """``at`` as ``timezone.now()`` gives a time: aware in UTC under ``USE_TZ``, else
+    naive local time."""
+    if isinstance(at, datetime):
+        return at
+    return datetime.fromtimestamp(at, tz=UTC if settings.USE_TZ else None)

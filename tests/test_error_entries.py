@@ -36,6 +36,32 @@ def test_every_text_field_of_an_entry_is_storable() -> None:
     assert "FaultSurrogate\\ud800: bad \\x00 and \\udc00" in entry["traceback"]
 
 
+def test_a_start_in_epoch_seconds_is_recorded_as_timezone_now_would_have(
+    settings: Any,
+) -> None:
+    """The worker takes each attempt's start as epoch seconds (cheaper than
+    ``timezone.now()`` per job) and the entry converts it: aware in UTC under
+    ``USE_TZ``, naive local time without it, as ``timezone.now()`` gives."""
+    at = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    entry = error_entry(2, RuntimeError("x"), "w", at.timestamp())
+    assert entry["started_at"] == "2025-01-02T03:04:05.678901+00:00"
+    settings.USE_TZ = False
+    naive = error_entry(2, RuntimeError("x"), "w", at.timestamp())["started_at"]
+    assert naive == datetime.fromtimestamp(at.timestamp()).isoformat()
+    assert "+" not in naive
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_run_records_when_it_started() -> None:
+    """Through the worker's path: the attempt's start, taken before its handler ran."""
+    before = datetime.now(UTC)
+    job = fault_poison.enqueue("raise")
+    run_jobs(max_jobs=1)
+    entry = Job.objects.get(id=job.id).errors[-1]
+    started = datetime.fromisoformat(entry["started_at"])
+    assert before <= started <= datetime.fromisoformat(entry["at"])
+
+
 def test_an_unprintable_exception_still_gives_an_entry() -> None:
     entry = error_entry(1, FaultUnprintable(), None)
     assert entry["message"] == "<unprintable: RuntimeError>" and entry["worker"] is None

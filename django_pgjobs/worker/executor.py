@@ -15,11 +15,9 @@ import random
 import signal
 import threading
 import time
-from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
-from django.utils import timezone
 
 from django_pgjobs import registry, tracing
 from django_pgjobs.conf import get_settings
@@ -112,7 +110,7 @@ def _failure(
     exc: BaseException,
     worker: str | None,
     *,
-    started_at: datetime,
+    started_at: float,
 ) -> Outcome:
     return retry_or_dead(
         definition, claimed, exc, error_entry(claimed.attempt, exc, worker, started_at)
@@ -156,7 +154,7 @@ Prepared = tuple[JobDefinition, list[Any], dict[str, Any], dict[str, Any] | None
 
 
 def _prepare(
-    claimed: Claimed, worker: str | None, alias: str, started_at: datetime
+    claimed: Claimed, worker: str | None, alias: str, started_at: float
 ) -> Outcome | Prepared:
     """Everything before the handler: the definition, the stored arguments, the
     idempotency short-circuit. An Outcome when the job must not (or need not) run."""
@@ -207,7 +205,7 @@ def _finish(
     claimed: Claimed,
     value: Any,
     worker: str | None,
-    started_at: datetime,
+    started_at: float,
 ) -> Outcome:
     """The handler returned ``value``: check and encode it here, in the job's own
     thread, so a value that cannot be stored fails this job alone."""
@@ -240,7 +238,9 @@ def execute(
     tracer: Any = tracing.LOOK_UP,
 ) -> Outcome:
     """Run ``claimed`` in this thread; never raises (every failure becomes an Outcome)."""
-    started_at = timezone.now()  # when this attempt began, for its error entry
+    # when this attempt began, for its error entry: epoch seconds, made a datetime only
+    # if the attempt fails (timezone.now() was 0.6 us of every job)
+    started_at = time.time()
     try:
         prepared = _prepare(claimed, worker, alias, started_at)
         if isinstance(prepared, Outcome):
@@ -278,7 +278,7 @@ async def aexecute(
     ``asyncio.CancelledError`` when the worker cancels the run (timeout, shutdown)."""
     from asgiref.sync import sync_to_async
 
-    started_at = timezone.now()
+    started_at = time.time()
     try:
         epoch = (await job_connection.shared_watch(alias)).rollbacks  # hops once a process
         prepared = (
@@ -317,7 +317,7 @@ async def aexecute(
 
 
 def _prepare_off_loop(
-    claimed: Claimed, worker: str | None, alias: str, started_at: datetime
+    claimed: Claimed, worker: str | None, alias: str, started_at: float
 ) -> Outcome | Prepared:
     """``_prepare`` for an async job, on a thread of the event loop's executor. No
     request cycle ever ends there, so after a failure (a restart, a failover) the
@@ -352,7 +352,7 @@ def last_resort(claimed: Claimed, exc: BaseException, worker: str | None) -> Out
 
 
 def timed_out(
-    claimed: Claimed, seconds: float, worker: str | None, started_at: datetime | None = None
+    claimed: Claimed, seconds: float, worker: str | None, started_at: float | None = None
 ) -> Outcome:
     """The outcome of a run the worker gave up on after ``seconds``: retried or
     dead-lettered like any failure (``retry_on``/``discard_on`` apply), written
@@ -363,7 +363,7 @@ def timed_out(
         "its later writes are fenced)"
     )
     definition = registry.find(claimed.task)
-    outcome = _failure(definition, claimed, exc, worker, started_at=started_at or timezone.now())
+    outcome = _failure(definition, claimed, exc, worker, started_at=started_at or time.time())
     outcome.extra["timed_out"] = True
     return outcome
 
@@ -397,7 +397,7 @@ def _execute_atomic(
     context: JobContext,
     worker: str | None,
     alias: str,
-    started_at: datetime,
+    started_at: float,
     args: list[Any],
 ) -> Outcome:
     """Handler, lease re-check, completion and result in ONE transaction.
@@ -446,7 +446,7 @@ def _atomic_failed(
     claimed: Claimed,
     exc: BaseException,
     worker: str | None,
-    started_at: datetime,
+    started_at: float,
 ) -> Outcome:
     if isinstance(exc, _Fenced):
         return Outcome(
