@@ -35,20 +35,27 @@ def frozen_after(
     returns (calls of it from other threads go on); release it when the block ends."""
     frozen, release = threading.Event(), threading.Event()
     real = getattr(module, name)
-    freezer: list[threading.Thread] = []
+    # The thread marks itself before it calls: it once reached ``name`` before the
+    # thread object was recorded as the one to freeze (a 2-core box under load), ran
+    # on unfrozen, and the test failed waiting for it.
+    mark = threading.local()
 
     def held(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
-        if threading.current_thread() in freezer:
+        if getattr(mark, "freeze", False):
             frozen.set()
             release.wait(120)
         return out
 
+    def marked() -> Any:
+        mark.freeze = True
+        return call()
+
     monkeypatch.setattr(module, name, held)
-    freezer.append(in_thread(call))
+    freezer = in_thread(marked)
     try:
         assert frozen.wait(30), f"the thread to freeze never returned from {name}"
         yield
     finally:
         release.set()
-        freezer[0].join(30)
+        freezer.join(30)
