@@ -111,7 +111,7 @@ class PgJobsSettings:
         "future `run_at` is noticed.",
     )
     BATCH_SIZE = Setting(
-        300,
+        1000,
         parsers.whole,
         "Most jobs claimed in one round trip (`runjobs --batch` overrides it); claims "
         "reach it only for jobs of about a millisecond or less (the prefetch covers 20 ms "
