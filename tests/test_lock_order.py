@@ -1,7 +1,7 @@
 """One lock order, and a mixed run that proves it (#24).
 
-Every statement that *waits* for job row locks takes them in id order: the heartbeat
-and the completer's redo form lock ``ORDER BY id FOR NO KEY UPDATE`` first, the hot
+Every statement that *waits* for job row locks takes them in id order: the heartbeat,
+the release of jobs not started and the completer's redo form lock ``ORDER BY id FOR NO KEY UPDATE`` first, the hot
 completion walks its id-sorted list through the primary key, cancel and the admin's
 retry lock their selection ``ORDER BY id``, and a workflow release locks the rows the
 statement changes, then their children by id (always newer rows). The claim and the
@@ -32,7 +32,12 @@ from django.db import OperationalError, connection, connections
 from django_pgjobs import claims
 from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
-from django_pgjobs.db.job_outcome import job_complete_many, job_heartbeat, job_retry
+from django_pgjobs.db.job_outcome import (
+    job_complete_many,
+    job_heartbeat,
+    job_release_many,
+    job_retry,
+)
 from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.errors import error_entry
 from tests.testapp import jobs
@@ -132,6 +137,10 @@ def _worker(mix: Mix, name: str, *, stalls: bool) -> Callable[[], None]:
                 error = error_entry(c.attempt, ValueError("mixed run"), name)
                 if job_retry(connection, id=c.id, lease=c.lease, delay=0, error=error):
                     mix.count("retried")
+            if held and rng.random() < 0.1:  # a stop: the rest, not started, given back
+                told = [(c.id, c.lease) for c in held]
+                mix.count("released", len(job_release_many(connection, told)))
+                held = []
 
     return step
 
@@ -182,7 +191,7 @@ def test_a_mixed_run_of_every_row_locking_statement_has_no_deadlock() -> None:
     assert mix.errors == [], mix.errors
     assert mix.deadlocks == [], mix.deadlocks
     # Every kind of statement really ran, many times, side by side.
-    kinds = ("enqueued", "claimed", "heartbeats", "completed", "retried", "reaped")
+    kinds = ("enqueued", "claimed", "heartbeats", "completed", "retried", "reaped", "released")
     kinds += ("cancelled", "admin_retried")
     assert all(mix.done[k] > 0 for k in kinds), dict(mix.done)
     # The server flushes a backend's counters within a second of it going idle (the

@@ -273,10 +273,11 @@ STATEMENTS = {
     "JOB_TIMED_OUT": job_outcome.JOB_TIMED_OUT,
     "JOB_DEAD": job_outcome.JOB_DEAD,
     "JOB_RELEASE": job_outcome.JOB_RELEASE,
+    "JOB_RELEASE_MANY": job_outcome.JOB_RELEASE_MANY,
     "JOB_CANCEL": job_admin.JOB_CANCEL,
 }
 BY_ID = ["JOB_COMPLETE_MANY", "JOB_COMPLETE_MANY_REDO", "JOB_HEARTBEAT", "JOB_RETRY", "JOB_TIMED_OUT", "JOB_DEAD",
-         "JOB_RELEASE", "JOB_CANCEL"]  # fmt: skip
+         "JOB_RELEASE", "JOB_RELEASE_MANY", "JOB_CANCEL"]  # fmt: skip
 
 
 @pytest.mark.django_db

@@ -167,6 +167,34 @@ def test_sigterm_finishes_short_jobs_releases_long_ones_and_exits_0(
     assert "released job" in w.output()
 
 
+def test_sigterm_gives_back_the_jobs_claimed_ahead_in_one_statement(
+    start_worker: Start, runs: str, tmp_path: Path
+) -> None:
+    """A worker stopped during a drain of fast jobs holds up to --batch of them claimed
+    and not started: all go back to pending, uncounted, with one log line (they were
+    released one statement and one line each, up to 1,000 with the default batch)."""
+    jobs.noop.using(priority=10).enqueue_many([()] * 5)  # the job time is observed
+    long = jobs.record_run.using(priority=5).enqueue(runs, 30.0, started=str(tmp_path / "long"))
+    jobs.noop.enqueue_many([()] * 50)
+    ahead = list(Job.objects.filter(id__gt=long.id).values_list("id", flat=True))
+    assert len(ahead) == 50
+    w = start_worker("--concurrency", "1", env={"PGJOBS_TEST_SHUTDOWN_TIMEOUT": "0.5"})
+    wait_until(lambda: (tmp_path / "long").exists(), message="the long job to start")
+    # one thread, busy with the long job: the fast ones claimed after it wait for it
+    wait_until(
+        lambda: Job.objects.filter(id__in=ahead, status="running").count() == 50,
+        message="the 50 fast jobs claimed ahead of the thread",
+    )
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=15) == 0, w.output()
+    rows = Job.objects.filter(id__in=ahead)
+    assert sorted(set(rows.values_list("status", "attempts", "lease"))) == [("pending", 0, 1)]
+    assert job_row(long).status == "pending" and job_row(long).attempts == 0
+    out = w.output()
+    assert out.count("released jobs not started at shutdown (claimed ahead): 50,") == 1, out
+    assert f"released job {long.id} " in out  # the running one, after the shutdown timeout
+
+
 def test_second_signal_exits_at_once(start_worker: Start, runs: str, tmp_path: Path) -> None:
     long = jobs.record_run.enqueue(runs, 30.0, started=str(tmp_path / "started"))
     # STALE_AFTER 30 s: at CI's load the worker's own heartbeat once lagged past the

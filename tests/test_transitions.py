@@ -31,6 +31,7 @@ from django_pgjobs.db.job_outcome import (
     job_dead_exhausted,
     job_heartbeat,
     job_release,
+    job_release_many,
     job_retry,
 )
 from django_pgjobs.db.moves import MOVES
@@ -148,6 +149,12 @@ OPS = [
         "release",
         ("JOB_RELEASE",),
         lambda j: job_release(connection, id=j.id, lease=j.lease),
+        {JobStatus.RUNNING: JobStatus.PENDING},
+    ),
+    Op(
+        "release_many",
+        ("JOB_RELEASE_MANY",),
+        lambda j: job_release_many(connection, [(j.id, j.lease)]),
         {JobStatus.RUNNING: JobStatus.PENDING},
     ),
     Op(
@@ -431,6 +438,7 @@ STALE_WRITES: dict[str, Callable[[Job, int], Any]] = {
     ),
     "dead": lambda j, lease: job_dead(connection, id=j.id, lease=lease, error=ERROR) is False,
     "release": lambda j, lease: job_release(connection, id=j.id, lease=lease) is False,
+    "release_many": lambda j, lease: job_release_many(connection, [(j.id, lease)]) == set(),
 }
 
 
@@ -459,6 +467,18 @@ def test_heartbeat_reports_deleted_rows_as_lost() -> None:
     job = make_job(JobStatus.RUNNING)
     Job.objects.filter(id=job.id).delete()
     assert job_heartbeat(connection, [(job.id, job.lease)]) == {job.id}
+
+
+def test_release_many_hands_back_ours_uncounted_and_leaves_a_zombies_row() -> None:
+    ours = [make_job(JobStatus.RUNNING, lease=3, attempts=2, queue=f"r{i}") for i in range(3)]
+    moved_on = make_job(JobStatus.RUNNING, lease=4, attempts=3, queue="r-other")
+    before = snapshot(moved_on.id)
+    told = [(j.id, 3) for j in ours] + [(moved_on.id, 3)]
+    assert job_release_many(connection, told) == {j.id for j in ours}
+    for job in ours:
+        job.refresh_from_db()
+        assert (job.status, job.attempts, job.lease, job.finished_at) == ("pending", 1, 3, None)
+    assert snapshot(moved_on.id) == before
 
 
 def test_complete_many_mixes_ours_and_zombies() -> None:

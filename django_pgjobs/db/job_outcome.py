@@ -293,6 +293,22 @@ SELECT id FROM upd
 """
 declare("JOB_RELEASE", (JobStatus.RUNNING, JobStatus.PENDING))
 
+# Graceful shutdown, the jobs a worker claimed ahead and never started (up to
+# ``--batch`` of them): all handed back in one statement, attempts not counted, as
+# JOB_RELEASE does one at a time; none of them holds a limit slot. Locked in id
+# order first (the heartbeat's step: the one lock order). Returns the ids released;
+# a told (id, lease) missing from them was no longer ours.
+JOB_RELEASE_MANY = f"""
+WITH {_TOLD}, mine AS (
+    {_lock_ours("f")}
+)
+UPDATE {JOB}
+   SET status = '{JobStatus.PENDING}', attempts = attempts - 1, run_at = now()
+ WHERE id = ANY(ARRAY(SELECT id FROM mine))
+RETURNING id
+"""
+declare("JOB_RELEASE_MANY", (JobStatus.RUNNING, JobStatus.PENDING))
+
 # A stored result for an idempotency key: the job already ran to completion once.
 RESULT_BY_KEY = f"SELECT value FROM {RESULT} WHERE idempotency_key = %s"
 
@@ -396,6 +412,18 @@ def job_release(
     on until the worker exits); False when it was no longer ours."""
     params = {"id": id, "lease": lease, "still_running": still_running}
     return _fenced(connection, JOB_RELEASE, params)
+
+
+def job_release_many(connection: Connection, told: Sequence[tuple[int, int]]) -> set[int]:
+    """JOB_RELEASE_MANY: hand back claimed jobs that never started, uncounted; the ids
+    released (the others were no longer ours)."""
+    params = {
+        "ids": int_array(job_id for job_id, _ in told),
+        "leases": int_array(lease for _, lease in told),
+    }
+    with hot_cursor(connection) as cursor:
+        cursor.execute(JOB_RELEASE_MANY, params)
+        return {int(row[0]) for row in cursor.fetchall()}
 
 
 def _fenced(connection: Connection, statement: str, params: dict[str, Any]) -> bool:

@@ -24,7 +24,12 @@ from django.db import DatabaseError, connections
 from django_pgjobs import flow, registry, signals, tracing
 from django_pgjobs.claim_front import ClaimFront
 from django_pgjobs.db.claim import Claimed
-from django_pgjobs.db.job_outcome import job_dead_exhausted, job_heartbeat, job_release
+from django_pgjobs.db.job_outcome import (
+    job_dead_exhausted,
+    job_heartbeat,
+    job_release,
+    job_release_many,
+)
 from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.definition import row_timeout
 from django_pgjobs.throttle import Backoff
@@ -361,7 +366,12 @@ class Claimer:
         return taken
 
     def release(self, connection: Any, entries: list[InFlight]) -> None:
-        """Put ``entries`` back to pending, attempt not counted (fenced by lease)."""
+        """Put ``entries`` back to pending, attempt not counted (fenced by lease): those
+        never started in one statement, each still running in one of its own."""
+        waiting = [entry for entry in entries if not entry.started]
+        if len(waiting) > 1:
+            self.release_waiting(connection, waiting)
+            entries = [entry for entry in entries if entry.started]
         for entry in entries:
             claimed = entry.claimed
             try:
@@ -389,3 +399,40 @@ class Claimer:
                 # A zombie's release: fenced like every other write, so say so.
                 self.counts["fenced"] += 1
                 outcomes.report_fenced(claimed, "release", worker=self.worker_id)
+
+    def release_waiting(self, connection: Any, entries: list[InFlight]) -> None:
+        """Release jobs claimed ahead that never started (up to ``--batch`` of them at a
+        stop during a drain of fast jobs): one statement and one log line for all."""
+        try:
+            released = job_release_many(
+                connection, [(e.claimed.id, e.claimed.lease) for e in entries]
+            )
+        except DB_ERRORS as exc:
+            logger.warning(
+                "could not release %d jobs not started (the reaper will): %s", len(entries), exc
+            )
+            connection.close()
+            self.table.forget(entries)
+            return
+        ids: list[int] = []
+        for entry in entries:
+            claimed = entry.claimed
+            self.table.remove(entry)
+            if claimed.id in released:
+                ids.append(claimed.id)
+                self.counts["released"] += 1
+                signals.send(signals.job_released, **outcomes.signal_args(claimed, self.worker_id))
+            else:
+                self.counts["fenced"] += 1
+                outcomes.report_fenced(claimed, "release", worker=self.worker_id)
+        if ids:
+            shown = ", ".join(map(str, ids[:20])) + (
+                f" and {len(ids) - 20} more" if len(ids) > 20 else ""
+            )
+            logger.warning(
+                "released jobs not started at shutdown (claimed ahead): %d, attempts not "
+                "counted; ids %s",
+                len(ids),
+                shown,
+                extra={"job_ids": ids, "worker": self.worker_id},
+            )

@@ -16,6 +16,7 @@ from tests.faults.matrix_rows import (
     GIL_HOLD,
     HONOUR_WINDOW,
     LISTENER_POLL,
+    NOOP,
     NOTIFY_DEADLINE,
     PAUSED,
     PERIODIC_DEADLINE,
@@ -156,6 +157,41 @@ def run_shutdown_cell(s: Scenario) -> dict[str, str]:
         timeout=20,
         message="job started",
     )
+    worker.signal(15)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        s.notes.append("worker did not exit on SIGTERM")
+    clean = s.start_worker(plan=s.clean_plan())
+    s.settle()
+    fresh = s.fresh_job_completes()
+    stop(s, clean)
+    return s.check(not_wedged=fresh)
+
+
+def run_shutdown_ahead_cell(s: Scenario) -> dict[str, str]:
+    """Jobs claimed ahead of the worker's one thread, given back together at a stop:
+    no-op jobs first (the worker observes a job time of microseconds, so its next claim
+    takes more than the free thread), then a job that holds the thread, then the ones
+    claimed ahead."""
+    for _ in range(3):
+        s.insert(NOOP, priority=50)
+    holder = s.insert(STEP, priority=40, kwargs={"hold": 3.0})
+    ahead = [s.insert(STEP, priority=30) for _ in range(5)]
+    s.write_plan()
+    worker = s.start_worker(PGJOBS_TEST_SHUTDOWN_TIMEOUT="0.3")
+
+    def claimed_ahead() -> bool:
+        started = s.db.execute(
+            "SELECT count(*) FROM fault_effects WHERE job_id = %s", [holder]
+        ).fetchone()[0]
+        running = s.db.execute(
+            "SELECT count(*) FROM django_pgjobs_job WHERE id = ANY(%s) AND status = 'running'",
+            [ahead],
+        ).fetchone()[0]
+        return bool(started) and running == len(ahead)
+
+    wait_until(claimed_ahead, timeout=20, message="the holder running, the rest claimed ahead")
     worker.signal(15)
     try:
         worker.wait(timeout=20)
@@ -467,6 +503,7 @@ def run_cell(s: Scenario) -> dict[str, str]:
         "worker": run_worker_cell,
         "cron": run_worker_cell,
         "shutdown": run_shutdown_cell,
+        "shutdown_ahead": run_shutdown_ahead_cell,
         "driver": run_driver_cell,
         "timeout": run_timeout_cell,
         "held_timeout": run_held_timeout_cell,

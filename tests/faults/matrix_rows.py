@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STEP = "tests.testapp.jobs.fault_step"
+NOOP = "tests.testapp.jobs.noop"
 ATOMIC = "tests.testapp.jobs.fault_atomic"
 UNKNOWN = "tests.faults.not_in_this_release"
 KEYED = "tests.flow_keyed_jobs.per_user"
@@ -102,7 +103,7 @@ class Row:
     # pattern: every shape of that verb on that table) or "*read" (every read)
     statement: str
     # worker | shutdown | cron | driver | timeout | exhausted | queue | listener |
-    # held_timeout | held_cancel | pulse
+    # held_timeout | held_cancel | pulse | shutdown_ahead
     kind: str
     skip: int = 0  # matching calls let through before the fault
     args: tuple[str, ...] = ()
@@ -212,6 +213,11 @@ ROWS: tuple[Row, ...] = (
     Row("worker: worker row refresh", "db.WORKER_UPSERT", "worker", skip=1),
     Row("worker: unregister at exit", "db.WORKER_DELETE", "worker"),
     Row("worker: release at shutdown", "db.JOB_RELEASE", "shutdown"),
+    Row(
+        "worker: release the jobs claimed ahead at shutdown",
+        "db.JOB_RELEASE_MANY",
+        "shutdown_ahead",
+    ),
     Row("worker: give up a timed-out run", "db.JOB_TIMED_OUT", "timeout"),
     # Limits count what really runs (db/held_slots.py): a keyed run given up on holds
     # its slot (in the same statement) until its thread ends; the worker gives it back.

@@ -331,6 +331,7 @@ def test_matrix_covers_every_statement(
         "db.JOB_CLAIM_LEVELS",  # after a probe, as the probe's rows
         "db.JOB_CLAIM_LEVELS_KNOWN",
         "db.JOB_TIMED_OUT",
+        "db.JOB_RELEASE_MANY",  # a stop while jobs wait claimed ahead of the threads
         "db.HELD_SLOT_FREE",
         "db.JOB_DEAD_EXHAUSTED",
         "db.JOB_INSERT_DELAYED",
