@@ -62,6 +62,9 @@ parser.add_argument(
 )
 parser.add_argument("--workers", type=int, default=2, help="runjobs processes (the harness: 2)")
 parser.add_argument(
+    "--batch", type=int, default=None, help="diagnosis: runjobs --batch (default: runjobs' own)"
+)
+parser.add_argument(
     "--smoke", action="store_true", help="tiny: --n 300 --rounds 1 --chain 10 --probes 10"
 )
 A = parser.parse_args()
@@ -133,7 +136,8 @@ def empty_tables() -> None:
 def workers(n: int = A.workers) -> list[subprocess.Popen[bytes]]:
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "django", "runjobs", "--verbosity", "0"],
+            [sys.executable, "-m", "django", "runjobs", "--verbosity", "0"]
+            + ([f"--batch={A.batch}"] if A.batch else []),
             env=ENV,
             cwd=PEERS,
             stdout=subprocess.DEVNULL,
@@ -263,6 +267,7 @@ def main() -> None:
     say(
         f"workflows bench: N={A.n}, {A.rounds} round(s), a {A.chain}-step chain, {A.probes}"
         f" probes, {A.workers} runjobs processes"
+        + (f" (--batch {A.batch})" if A.batch else "")
     )
     plain: list[float] = []
     chords: list[float] = []
