@@ -266,8 +266,7 @@ def ms(values: list[float]) -> str:
 def main() -> None:
     say(
         f"workflows bench: N={A.n}, {A.rounds} round(s), a {A.chain}-step chain, {A.probes}"
-        f" probes, {A.workers} runjobs processes"
-        + (f" (--batch {A.batch})" if A.batch else "")
+        f" probes, {A.workers} runjobs processes" + (f" (--batch {A.batch})" if A.batch else "")
     )
     plain: list[float] = []
     chords: list[float] = []
