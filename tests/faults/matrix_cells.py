@@ -143,6 +143,21 @@ def _settle_and_check(s: Scenario, worker: WorkerProcess) -> dict[str, str]:
     return s.check(not_wedged=fresh, extra={"slots_back": slots})
 
 
+def stop_then_settle(s: Scenario, worker: WorkerProcess) -> dict[str, str]:
+    """The shutdown cells' end: SIGTERM the faulted worker, let a clean one finish what
+    is left, check the invariants."""
+    worker.signal(15)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        s.notes.append("worker did not exit on SIGTERM")
+    clean = s.start_worker(plan=s.clean_plan())
+    s.settle()
+    fresh = s.fresh_job_completes()
+    stop(s, clean)
+    return s.check(not_wedged=fresh)
+
+
 def run_shutdown_cell(s: Scenario) -> dict[str, str]:
     job = s.insert(STEP, kwargs={"hold": 3.0})
     s.write_plan()
@@ -157,16 +172,7 @@ def run_shutdown_cell(s: Scenario) -> dict[str, str]:
         timeout=20,
         message="job started",
     )
-    worker.signal(15)
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        s.notes.append("worker did not exit on SIGTERM")
-    clean = s.start_worker(plan=s.clean_plan())
-    s.settle()
-    fresh = s.fresh_job_completes()
-    stop(s, clean)
-    return s.check(not_wedged=fresh)
+    return stop_then_settle(s, worker)
 
 
 def run_shutdown_ahead_cell(s: Scenario) -> dict[str, str]:
@@ -192,16 +198,7 @@ def run_shutdown_ahead_cell(s: Scenario) -> dict[str, str]:
         return bool(started) and running == len(ahead)
 
     wait_until(claimed_ahead, timeout=20, message="the holder running, the rest claimed ahead")
-    worker.signal(15)
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        s.notes.append("worker did not exit on SIGTERM")
-    clean = s.start_worker(plan=s.clean_plan())
-    s.settle()
-    fresh = s.fresh_job_completes()
-    stop(s, clean)
-    return s.check(not_wedged=fresh)
+    return stop_then_settle(s, worker)
 
 
 def stop(s: Scenario, *workers: WorkerProcess) -> None:
