@@ -278,10 +278,14 @@ declare("JOB_DEAD_EXHAUSTED", (JobStatus.PENDING, JobStatus.DEAD))
 # %(still_running)s: its run was still going when SHUTDOWN_TIMEOUT ran out; its
 # limit slot stays held (db/held_slots.py) until the worker exits, which ends the
 # thread (WORKER_DELETE gives the slot back).
+# What a release writes (one job or many): back to pending, due now, the attempt not
+# counted.
+_RELEASED = f"status = '{JobStatus.PENDING}', attempts = attempts - 1, run_at = now()"
+
 JOB_RELEASE = f"""
 WITH upd AS (
     UPDATE {JOB}
-       SET status = '{JobStatus.PENDING}', attempts = attempts - 1, run_at = now()
+       SET {_RELEASED}
      WHERE id = %(id)s AND lease = %(lease)s AND {by_id_is(JobStatus.RUNNING)}
     RETURNING id, worker, queue, concurrency_key
 ), ran AS (
@@ -303,7 +307,7 @@ WITH {_TOLD}, mine AS (
     {_lock_ours("f")}
 )
 UPDATE {JOB}
-   SET status = '{JobStatus.PENDING}', attempts = attempts - 1, run_at = now()
+   SET {_RELEASED}
  WHERE id = ANY(ARRAY(SELECT id FROM mine))
 RETURNING id
 """

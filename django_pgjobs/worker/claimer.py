@@ -386,19 +386,27 @@ class Claimer:
                 connection.close()
                 self.table.forget([entry])
                 continue
-            self.table.remove(entry)
-            if ok:
-                self.counts["released"] += 1
+            if self.released(entry, ok):
                 logger.warning(
                     "released job %s (%s) unfinished at shutdown; attempt not counted",
                     claimed.id,
                     claimed.task,
                 )
-                signals.send(signals.job_released, **outcomes.signal_args(claimed, self.worker_id))
-            else:
-                # A zombie's release: fenced like every other write, so say so.
-                self.counts["fenced"] += 1
-                outcomes.report_fenced(claimed, "release", worker=self.worker_id)
+
+    def released(self, entry: InFlight, ok: bool) -> bool:
+        """``entry``'s release was written (``ok``: it was still ours): off the table,
+        counted, signalled; ``ok`` returned."""
+        self.table.remove(entry)
+        if ok:
+            self.counts["released"] += 1
+            signals.send(
+                signals.job_released, **outcomes.signal_args(entry.claimed, self.worker_id)
+            )
+        else:
+            # A zombie's release: fenced like every other write, so say so.
+            self.counts["fenced"] += 1
+            outcomes.report_fenced(entry.claimed, "release", worker=self.worker_id)
+        return ok
 
     def release_waiting(self, connection: Any, entries: list[InFlight]) -> None:
         """Release jobs claimed ahead that never started (up to ``--batch`` of them at a
@@ -414,17 +422,7 @@ class Claimer:
             connection.close()
             self.table.forget(entries)
             return
-        ids: list[int] = []
-        for entry in entries:
-            claimed = entry.claimed
-            self.table.remove(entry)
-            if claimed.id in released:
-                ids.append(claimed.id)
-                self.counts["released"] += 1
-                signals.send(signals.job_released, **outcomes.signal_args(claimed, self.worker_id))
-            else:
-                self.counts["fenced"] += 1
-                outcomes.report_fenced(claimed, "release", worker=self.worker_id)
+        ids = [e.claimed.id for e in entries if self.released(e, e.claimed.id in released)]
         if ids:
             shown = ", ".join(map(str, ids[:20])) + (
                 f" and {len(ids) - 20} more" if len(ids) > 20 else ""
