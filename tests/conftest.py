@@ -139,6 +139,7 @@ def start_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Callable[...
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             "PGJOBS_WORKER_DB_NAME": connection.settings_dict["NAME"],
             "PYTHONPATH": str(ROOT),
+            "PGAPPNAME": WORKER_APPLICATION,
             **(env or {}),
         }
         worker = WorkerProcess(list(args), full_env, tmp_path / f"worker-{len(started)}.log")
@@ -148,3 +149,29 @@ def start_worker(transactional_db: Any, tmp_path: Path) -> Iterator[Callable[...
     yield start
     for worker in started:
         worker.stop()
+    if started:
+        end_backends(WORKER_APPLICATION)
+
+
+#: The ``application_name`` of every connection a started worker (and its heartbeat
+#: process) opens, so the fixture can find the backends they leave behind.
+WORKER_APPLICATION = "pgjobs-test-worker"
+
+
+def end_backends(application_name: str, timeout: float = 15.0) -> None:
+    """End the server backends of killed clients before the database is flushed.
+
+    A SIGKILLed client's backend runs its last statement to the end; one holding a
+    table's lock while the flush's TRUNCATE takes them one by one deadlocks it
+    (CI: "Database ... couldn't be flushed")."""
+    sql = (
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = %s"
+    )
+
+    def ended() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [application_name])
+            return cursor.fetchone()[0] == 0
+
+    wait_until(ended, timeout=timeout, message="the killed workers' backends to end")
