@@ -12,7 +12,9 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from django_pgjobs.maintenance.pruner import Pruner
+from django_pgjobs.maintenance.services import MaintenanceThread
 from django_pgjobs.models import Job, JobResult
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,6 +87,33 @@ def test_retention_none_keeps_a_status_forever(history: None) -> None:
 def test_time_budget_stops_a_pass_early(history: None) -> None:
     result = Pruner(batch=1, time_budget=0).run_once()
     assert not result["complete"] and result["deleted"] <= 1
+
+
+def test_a_pass_cut_short_by_its_budget_is_due_again_soon(history: None) -> None:
+    """At 300 s between passes and 2 s a pass, a worker's pruner deleted at most a few
+    hundred rows a second: behind a busy queue the table outgrew its retention. A pass
+    that stopped at its budget with rows left now runs again after BEHIND_INTERVAL."""
+    assert Pruner().interval == 300  # the default: no second pass within this test
+
+    class Counted(Pruner):
+        passes: list[dict[str, Any]] = []
+
+        def run_once(self, statuses: Any = None) -> dict[str, Any]:
+            self.passes.append(super().run_once(statuses))
+            return self.passes[-1]
+
+    stop = threading.Event()
+    pruner = Counted(batch=1, time_budget=0.01)  # a few rows a pass: many passes needed
+    thread = MaintenanceThread([pruner], stop, "default", behind_interval=0.05)
+    thread.start()
+    try:
+        wait_until(lambda: count() == 5 + 4 + 6, message="every old finished row pruned")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert len(pruner.passes) > 1 and not pruner.passes[0]["complete"]
+    assert count(status="completed") == 5 and count(status="dead") == 4  # the young ones
+    assert count(status="pending") == 6 and JobResult.objects.count() == 5 + 3
 
 
 def test_pruners_on_many_hosts_share_the_work() -> None:
