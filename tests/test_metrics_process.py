@@ -97,6 +97,9 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
             and get(samples, fin, task=T + "flaky_until", queue="default", outcome="completed") == 1
             and get(samples, "pgjobs_queue_jobs", queue="default", state="due") == 0
             and get(samples, "pgjobs_queue_jobs", queue="default", state="running") == 0
+            # the gauges are a snapshot (every 0.2 s here), the counters live: a snapshot
+            # from flaky_until's backoff still counts its retry as pending
+            and get(samples, "pgjobs_queue_jobs", queue="default", state="pending") == 1
         ):
             return samples
         return None
