@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from django_pgjobs import claims
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs.db.claim import Claimed, from_rows
 from django_pgjobs.db.claim_limited import job_claim_limited
 from django_pgjobs.db.cursor import int_array, text_array
 from django_pgjobs.db.job_outcome import job_complete_many
@@ -37,9 +37,10 @@ def test_claim_takes_at_most_n_in_priority_then_age_order() -> None:
     same_time = [make_job(priority=0, run_at_delta=-5) for _ in range(2)]
     Job.objects.filter(id__in=[j.id for j in same_time]).update(run_at=new.run_at)
 
-    # The batch is the best n (RETURNING order itself is not part of the contract).
+    # The batch is the best n, by priority then id (the worker starts them in this
+    # order; RETURNING's own order is the heap's, and `high` was written last).
     first = claims.claim(connection, worker="w", queues=["default"], n=3)
-    assert set(_ids(first)) == {high.id, old.id, new.id}
+    assert _ids(first) == [high.id, old.id, new.id]
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
     # One at a time shows the order: ties on run_at are broken by id.
     rest = [_ids(claims.claim(connection, worker="w", queues=["default"], n=1)) for _ in range(4)]
@@ -243,3 +244,16 @@ def test_completion_arrays_sent_as_literals_round_trip_any_value() -> None:
     assert stored == {j.id: v for j, v in zip(made, values, strict=True) if v is not None}
     assert int_array([]) == "{}"
     assert text_array([None, 'x"\\']) == '{NULL,"x\\"\\\\"}'
+
+
+def test_a_claimed_batch_comes_back_in_claim_order_whatever_the_rows_order() -> None:
+    """UPDATE ... RETURNING gives rows in heap order (CI's embedded server once returned
+    [54, 52, 53]); the worker starts a batch in list order, so the list is put in the
+    claim's order: priority DESC, run_at, id (no run_at: one Python cannot hold)."""
+
+    def row(job_id: int, priority: int, run_at_us: int | None = 1_000) -> tuple[Any, ...]:
+        fields = (job_id, "t", "[]", "{}", 1, 5, 1, "q", priority, None, None, None)
+        return (*fields, False, False, run_at_us)
+
+    rows = [row(54, 0), row(52, 0), row(60, 10), row(53, 0, 500), row(51, -5), row(59, 0, None)]
+    assert [c.id for c in from_rows(rows)] == [60, 59, 53, 52, 54, 51]

@@ -283,7 +283,10 @@ def from_rows(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
     # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
     # Decoded per row: one undecodable row fails its own job, not the batch (nothing
     # here may raise: the claim has committed, and a raise would strand every row).
-    return [
+    # In the claim's order (priority DESC, run_at, id): UPDATE ... RETURNING gives its
+    # rows in the order it met them in the heap, and the worker starts a batch's jobs
+    # in list order (a higher priority runs first, within a batch too).
+    claimed = [
         Claimed(
             r[0],
             r[1],
@@ -303,6 +306,14 @@ def from_rows(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
         )
         for r in rows
     ]
+    claimed.sort(key=_claim_order)
+    return claimed
+
+
+def _claim_order(job: Claimed) -> tuple[int, int, int]:
+    # no run_at: one Python cannot hold, which was due (year 1 and the like): first
+    due = job.run_at_us if job.run_at_us is not None else -(2**63)
+    return (-job.priority, due, job.id)
 
 
 def _decoded(value: Any) -> Any:
