@@ -1,4 +1,4 @@
-"""Peak memory and page size of the admin with huge jobs (issue #12 item 9).
+"""Peak memory and page size of the admin with huge jobs.
 
     DATABASE_URL=... python bench/admin_memory.py setup [MB]   # 3 jobs of MB-sized args
     DATABASE_URL=... python bench/admin_memory.py list|detail  # one request, in this process

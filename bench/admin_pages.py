@@ -1,5 +1,5 @@
-"""Admin pages and ``jobs_status`` on a busy table (issue #24, "pages whose cost does
-not grow with throughput").
+"""Admin pages and ``jobs_status`` on a busy table: pages whose cost does not grow with
+throughput.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/pgjobs_pages \\
         python bench/admin_pages.py setup     # create the database, migrate, 1,000,000 rows

@@ -1,4 +1,4 @@
-"""The drain comparison of issue #24: plain ``runjobs`` vs pgqueuer vs tuned graphile-worker.
+"""The drain comparison: plain ``runjobs`` vs pgqueuer vs tuned graphile-worker.
 
 ``bench/run --drains`` runs the harness's ``driver.py --modes drain --interleave``
 (rep 1 of every peer, then rep 2 ...: drift of the box hits every peer alike) for

@@ -5,14 +5,14 @@
 Fills the jobs table with 100,000 due rows (1,000 distinct concurrency keys in the
 keyed groups), then claims batches of 10 for --secs seconds, keeping 40 jobs
 "running" (the oldest 10 are completed after each claim, as a worker's completer
-would). Within a group the 0.1 claim and the claim under test alternate call by
+would). Within a group the plain claim and the claim under test alternate call by
 call on the same table, and each call is timed: the result is microseconds of
-claim per claimed job and its ratio to the 0.1 claim, so load from other work on
+claim per claimed job and its ratio to the plain claim, so load from other work on
 a shared machine hits both sides alike. The table is refilled and vacuumed before
 each group.
 
-With no queue limited and no task keyed, a worker runs exactly the 0.1 claim
-(the "0.1 claim" row is the fast path); it adds a task filter only after it met a
+With no queue limited and no task keyed, a worker runs exactly the plain claim
+(the "plain claim" row is the fast path); it adds a task filter only after it met a
 job of a task it does not know ("after skew").
 
 It needs a migrated database (``migrate`` on DATABASE_URL) and TRUNCATEs the jobs
@@ -94,7 +94,7 @@ def _claim(**options: Any) -> Callable[[int], list[Claimed]]:
     return lambda n: claims.claim(connection, worker="b", queues=["bench"], n=n, **options)
 
 
-BASE = "0.1 claim (no task filter)"
+BASE = "plain claim (no task filter)"
 #: (keyed rows, queue limits, claim methods compared on that table)
 GROUPS: list[tuple[bool, dict[str, Any], dict[str, Callable[[int], list[Claimed]]]]] = [
     (False, {}, {BASE: _claim(), "after skew: task filter": _claim(tasks=TASKS)}),

@@ -1,4 +1,4 @@
-"""A soak that stands for weeks (issue #24): JOBS jobs at RATE/s through one PostgreSQL.
+"""A soak that stands for weeks: JOBS jobs at RATE/s through one PostgreSQL.
 
 ``bench/run --long-soak`` starts a throwaway cluster (autovacuum on, the server's
 default settings; ``--server shared`` uses ``BENCH_PGHOST``/``BENCH_PGPORT``

@@ -1,4 +1,4 @@
-"""The held-horizon trial (issue #24): latency while one open transaction holds VACUUM back.
+"""The held-horizon trial: latency while one open transaction holds VACUUM back.
 
 ``bench/run --trial horizon`` starts a throwaway PostgreSQL cluster (autovacuum on,
 the server's default settings), then runs each peer in turn on a fresh database:

@@ -1,4 +1,4 @@
-"""Workflows at scale (issue #23 part 2): a 10,000-member chord against a plain drain,
+"""Workflows at scale: a 10,000-member chord against a plain drain,
 and a 100-step chain's per-hop latency against a single job's.
 
     bench/run --workflows                      # 10,000 members, 3 alternated rounds, a 100-step chain

@@ -28,7 +28,7 @@ __all__ = [
     "resume_queue",
 ]
 
-#: Workflows and batches (release 0.3), from django_pgjobs.workflows.
+#: Workflows and batches, from django_pgjobs.workflows.
 _WORKFLOW_NAMES = frozenset(
     {"Signature", "Workflow", "WorkflowRun", "batch", "cancel_workflow", "chain", "chord", "group"}
 )

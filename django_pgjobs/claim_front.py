@@ -6,7 +6,7 @@ Each claimed job leaves its entry in the partial claim index (``status =
 in the index's order. A claim that reads from the start visits each such entry's
 row to find it is no longer pending; while a long transaction holds the xmin
 horizon nothing removes them, and a claim visited one row per job claimed since
-the horizon was taken (322 ms per claim after 9 minutes at 300 jobs/s,
+the horizon was taken, a cost that grew with every minute of the hold (see
 docs/explanation/performance.md). So the claim takes a lower bound on ``run_at``
 (``Job.objects.claimable(since=...)``): an index condition, checked on the index
 entry itself, so the entries before it cost no visit to their rows.

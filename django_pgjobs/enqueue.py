@@ -135,7 +135,7 @@ def new_job(
     overrides: Mapping[str, Any] | None = None,
 ) -> Job:
     """The inserted row, built from what we sent plus the server's (id, run_at,
-    created_at): returning and parsing every column cost ~10% of a single enqueue.
+    created_at): returning and parsing every column is a real share of a single enqueue.
     The other columns hold their db_default values (test_enqueue checks the two agree)
     or, for a workflow job, ``overrides`` (status, workflow columns)."""
     attnames = _columns(model)[0]

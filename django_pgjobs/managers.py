@@ -165,7 +165,8 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def retry_detailed(self, *, stale_after: float | None = None) -> job_admin.Retried:
         """``retry()``, also saying which jobs were skipped because their
-        ``unique_while`` key is held by another pending or running job (SPEC §11: like a
+        ``unique_while`` key is held by another pending or running job (docs/reference/api.md:
+        like a
         second enqueue of the key, such a retry writes nothing): ``.changed`` is the set
         of retried ids, ``.held`` maps each skipped id to the id of the holder."""
         return operations.retry(self, stale_after=stale_after)

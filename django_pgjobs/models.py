@@ -87,7 +87,7 @@ class Job(models.Model):
     # W3C trace context (traceparent, tracestate) of the enqueue, when OpenTelemetry
     # is in use: the worker's span for the job is its child. NULL otherwise.
     trace_context = StoredJSONField(null=True, blank=True, editable=False)
-    # Workflows (release 0.3, db/workflows.py and db/workflow_trigger.py). All NULL for a plain job, so a plain
+    # Workflows (db/workflows.py and db/workflow_trigger.py). All NULL for a plain job, so a plain
     # job pays nothing for them. ``workflow_id``: the run the job belongs to (a
     # workflow, chain, group, chord or batch). ``waiting``: how many of its parents
     # have not finished (NULL: a member of a batch, which has no parents); a blocked
@@ -173,7 +173,7 @@ class Job(models.Model):
             # all) stay out of it, and a finished job frees its key.
             models.UniqueConstraint(
                 fields=["unique_key"],
-                # blocked too (release 0.3): a workflow node holds its key from its
+                # blocked too: a workflow node holds its key from its
                 # enqueue, so its release can never collide with another holder.
                 condition=Q(
                     unique_key__isnull=False,
@@ -432,8 +432,9 @@ class JobDependency(models.Model):
 class HeldSlot(models.Model):
     """A limit slot still held by a run the queue has written off (timed out, cancelled,
     reclaimed) while its thread may still run: Python cannot stop a thread, so the
-    limited claim counts these beside the running rows (SPEC §11, "When features
-    meet"). Written in the same statement that writes the run off, for jobs with a
+    limited claim counts these beside the running rows (see
+    docs/explanation/guarantees.md). Written in the same statement that writes the run
+    off, for jobs with a
     ``concurrency_key`` or of a queue with ``max_running``; deleted by the run's worker
     when the thread has ended, at its exit, or by the reaper once that worker is gone.
 
@@ -461,7 +462,7 @@ class Minute(models.Model):
     """Jobs finished per minute, queue and final status, kept by the rollup pass of every
     worker's maintenance loop (``maintenance/rollup.py``), so that the overview, its charts
     and ``jobs_status`` read minutes, not jobs: their cost follows the number of minutes
-    and queues, never the throughput (issue #24).
+    and queues, never the throughput.
 
     ``finished``: jobs that reached ``status`` during ``minute``. ``waited_since``: the
     earliest ``run_at`` among jobs *claimed* during ``minute`` that had waited (claimed

@@ -39,7 +39,7 @@ def retry(
     """Put the selected dead, cancelled or stuck (heartbeat older than ``stale_after``,
     default ``STALE_AFTER``) jobs back to pending, due now, attempts reset, lease
     bumped. A job whose ``unique_while`` key another pending or running job holds is
-    skipped and logged (SPEC §11: like a second enqueue of the key, its retry writes
+    skipped and logged (docs/reference/api.md: like a second enqueue of the key, its retry writes
     nothing): ``.held`` maps it to the holder. ``using``: the database of a list of
     ids (default ``PGJOBS["DATABASE"]``; a queryset says its own)."""
     seconds = get_settings().STALE_AFTER if stale_after is None else stale_after

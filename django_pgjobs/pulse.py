@@ -3,7 +3,8 @@
 A job that holds the GIL in one long C call (a regular expression that backtracks,
 a C extension that never releases it) stops every other thread of its worker,
 the heartbeat thread too; the reaper would take a live worker for dead and run its
-jobs again (SPEC §11: a worker that is alive is never taken for dead). So each
+jobs again (a worker that is alive is never taken for dead:
+docs/explanation/guarantees.md). So each
 worker starts this small process (``python -m django_pgjobs.pulse``, launched and
 fed by ``worker/pulse_link.py``): another interpreter, its own GIL, its own
 connection. It imports psycopg and the standard library only (no Django), so it
@@ -234,9 +235,9 @@ def main() -> int:
     die_with_parent(int(config["parent"]))
     pulse = Pulse(config, sys.stdout)
     threading.Thread(target=pulse.read, args=(sys.stdin,), daemon=True).start()
-    # psycopg's import and the connection (about 0.2 s of CPU) wait a little: a
+    # psycopg's import and the connection cost CPU, so they wait a little: a
     # worker's first second is often a backlog's drain, where two workers' processes
-    # starting at once took a tenth of a two-core box's drain; this process is not
+    # starting at once slow it on a small box; this process is not
     # needed before LATE intervals of its worker's silence anyway.
     if pulse.eof.wait(min(START_DELAY, pulse.interval / 4)):
         return 0

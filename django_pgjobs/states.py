@@ -17,7 +17,7 @@ PRIORITY_MAX = 100
 
 
 class JobStatus(models.TextChoices):
-    #: A workflow job waiting for its parents (release 0.3): never claimed; the
+    #: A workflow job waiting for its parents: never claimed; the
     #: completion of its last parent moves it to pending (``db/workflow_trigger.py``).
     BLOCKED = "blocked", "Blocked"
     PENDING = "pending", "Pending"
@@ -64,7 +64,7 @@ ALLOWED_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (JobStatus.RUNNING, JobStatus.CANCELLED): ("cancel (lease + 1)",),
     (JobStatus.DEAD, JobStatus.PENDING): (_RETRY,),
     (JobStatus.CANCELLED, JobStatus.PENDING): (_RETRY,),
-    # Workflows (release 0.3): moves the database makes in the transaction of a
+    # Workflows: moves the database makes in the transaction of a
     # parent's move (the trigger of db/workflow_trigger.py), and retries of a workflow job.
     (JobStatus.BLOCKED, JobStatus.PENDING): ("its last parent finished (same transaction)",),
     (JobStatus.BLOCKED, JobStatus.CANCELLED): (

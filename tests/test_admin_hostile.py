@@ -1,4 +1,4 @@
-"""The admin against hostile values (issue #12 items 8-10): odd search terms and ids,
+"""The admin against hostile values: odd search terms and ids,
 huge and undecodable rows. Every page answers; big columns are never loaded whole."""
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ _UNDECODABLE = {
 def test_undecodable_values_of_every_column_do_not_break_a_page(
     admin_client: Client, column: str, value: str
 ) -> None:
-    """Issue #22 row F: trace_context or errors holding 1e5000 or deep nesting was a 500
-    on the list and the detail page; the page now answers, with a placeholder."""
+    """A trace_context or errors holding 1e5000 or deep nesting cannot be decoded; the
+    list and the detail page answer with a placeholder, not a 500."""
     job = _hostile("'[]'::jsonb", **{column: value})
     listed = admin_client.get(changelist_url())
     assert listed.status_code == 200
@@ -140,7 +140,7 @@ def test_an_undecodable_result_does_not_break_the_detail_page(admin_client: Clie
 
 @pytest.mark.parametrize("term", ["%00", "a%00b", "%C0%80", "%FF"])
 def test_a_nul_in_a_filter_or_search_answers(admin_client: Client, term: str) -> None:
-    """Issue #22 row F: ``?queue=%00`` was a 500 (PostgreSQL text cannot hold NUL)."""
+    """``?queue=%00`` answers, not a 500 (PostgreSQL text cannot hold NUL)."""
     job = add.enqueue(1, 2)
     for params in ({"queue": term}, {"q": term}, {"task": term}, {"status": term}):
         response = admin_client.get(changelist_url(**params), follow=True)

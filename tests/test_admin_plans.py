@@ -1,6 +1,6 @@
 """Every job admin page on a large table: a bounded number of queries, each read through
 an index (EXPLAIN: never a sequential scan of the jobs table), and the window of a
-task or queue condition (issue #24: pages whose cost does not grow with the history).
+task or queue condition (pages whose cost does not grow with the history).
 
 The table is written with plain SQL (generate_series): 200,000 jobs whose statuses,
 tasks and queues are interleaved over the ids (so no plan finds its rows first by

@@ -113,7 +113,7 @@ def test_symbols_are_defined_where_the_page_says() -> None:
 # or "⇒" (its UPDATE of the jobs table fires this trigger function).
 STEP = re.compile(r"`([\w.]+)` in `(django_pgjobs/[\w/]+\.py)`")
 LINKS = {"→": "calls", "⇒": "fires"}
-#: What a newcomer must find in a minute (issue #21), each a bold row of the table.
+#: What a newcomer must find in a minute, each a bold row of the table.
 SIX = (
     "the claim",
     "the completer",

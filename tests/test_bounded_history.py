@@ -1,4 +1,4 @@
-"""Sizes bounded by settings (issue #12 item 9): return values (MAX_RESULT_BYTES)
+"""Sizes bounded by settings: return values (MAX_RESULT_BYTES)
 and the error history (MAX_ERRORS_KEPT) on every path that appends to it."""
 
 from __future__ import annotations

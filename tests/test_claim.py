@@ -212,8 +212,8 @@ def test_concurrent_claimers_never_claim_a_job_twice(queues: list[str] | None) -
 
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_on_a_plain_psycopg_connection_decodes_each_row_on_its_own() -> None:
-    """Issue #22 item 5: psycopg decodes jsonb at fetch time on a plain connection;
-    one undecodable row raised for the whole batch after the claim committed."""
+    """psycopg decodes jsonb at fetch time on a plain connection, where one undecodable
+    row would raise for the whole batch after the claim committed."""
     deep = "(repeat('[', 3000) || repeat(']', 3000))::jsonb"
     hostile, mate = jobs.add.enqueue(1, 2), jobs.add.enqueue(3, 4)
     with connection.cursor() as cursor:

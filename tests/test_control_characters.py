@@ -1,5 +1,5 @@
 """Control characters in names taken from rows never reach a terminal or split a
-log line (issue #12 item 10): ``jobs_status`` and every log record escape them."""
+log line: ``jobs_status`` and every log record escape them."""
 
 from __future__ import annotations
 

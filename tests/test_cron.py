@@ -149,7 +149,7 @@ def test_checks_run_at_startup_and_stop_commands(temp_job: Any) -> None:
 
 def test_fire_times_follow_the_timezone_across_dst() -> None:
     paris = Schedule(name="p", task=ADD, expression="30 2 * * *", timezone="Europe/Paris")
-    # 2024-03-31: Paris skips 02:00-03:00; Debian cron semantics run the job at 03:00.
+    # On 31 March 2024 Paris skips 02:00-03:00; Debian cron semantics run the job at 03:00.
     fires = list(
         paris.fire_times(datetime(2024, 3, 30, tzinfo=UTC), datetime(2024, 4, 1, 12, tzinfo=UTC))
     )

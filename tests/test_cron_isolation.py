@@ -1,4 +1,4 @@
-"""One bad schedule never stops the others (issue #12 item 10): a name too long for
+"""One bad schedule never stops the others: a name too long for
 the idempotency key is a system-check error, and the ticker isolates failures."""
 
 from __future__ import annotations

@@ -396,7 +396,7 @@ def _tutorial_database_url(name: str) -> str:
 
 
 @pytest.mark.process
-@pytest.mark.timeout(600)  # 95-166 s in CI; over the default 300 s at load 15
+@pytest.mark.timeout(600)  # minutes on a loaded box: more than the default 300 s
 def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
     """Every tutorial command, run in order, prints what the tutorial shows."""
     name = f"{connection.settings_dict['NAME']}_tutorial"

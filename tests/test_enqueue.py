@@ -1,4 +1,4 @@
-"""Enqueueing: transactional, idempotent, validated (SPEC §2)."""
+"""Enqueueing: transactional, idempotent, validated (docs/reference/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Values entering the queue (issue #12 items 4, 9, 10): size bounds, the database
+"""Values entering the queue: size bounds, the database
 clock for delays, naive datetimes with USE_TZ = False, hostile shapes refused."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one error-entry builder (``errors.error_entry``): every text it records can be
 stored, so a failure is retried as the job says, never dead-lettered because its own
-error entry was refused by PostgreSQL (issue #22)."""
+error entry was refused by PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The traps of a new user's first hour (issue #16), each shown with a real command:
+"""The traps of a new user's first hour, each shown with a real command:
 what ``runjobs`` says by itself, queue-name typos, a database that is not migrated or
 does not exist, a forgotten INSTALLED_APPS entry, several bad settings at once, and
 the worker-local health file."""

@@ -281,7 +281,7 @@ def test_fast_path_gives_back_an_unknown_task_uncounted_then_filters() -> None:
     Job.objects.filter(id=unknown.id).update(task="tests.next_release.job")
     ours = jobs.noop.enqueue()
     state = FlowState(["default"], [jobs.noop.name])
-    assert state.claim_options(connection)["tasks"] is None  # the 0.1 claim, unfiltered
+    assert state.claim_options(connection)["tasks"] is None  # the plain claim, unfiltered
     assert [c.id for c in state.claim(connection, worker="w", n=1)] == []
     row = Job.objects.get(id=unknown.id)
     assert (row.status, row.attempts, row.lease) == ("pending", 0, 1)  # given back, uncounted

@@ -1,4 +1,5 @@
-"""Flow control with real ``runjobs`` processes on the real database (SPEC §11, §2).
+"""Flow control with real ``runjobs`` processes on the real database
+(docs/howto/control-throughput.md).
 
 Each test would fail without its feature: the limits are read from start/end
 times the jobs record themselves (or ``started_at``, the claim's own time), across

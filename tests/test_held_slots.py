@@ -1,4 +1,4 @@
-"""Held limit slots (``db/held_slots.py``; SPEC §11, "When features meet"): each
+"""Held limit slots (``db/held_slots.py``; docs/explanation/guarantees.md): each
 statement that writes off a running row records its run's slot in the same
 statement; the limited claim counts the slots; the worker gives a slot back only
 once the write-off is known and the run has really ended; the reaper gives back

@@ -1,4 +1,4 @@
-"""Limits count what really runs (SPEC §11, "When features meet"; issue #22 row B),
+"""Limits count what really runs (docs/explanation/guarantees.md),
 with real ``runjobs`` processes.
 
 A run the queue writes off while its thread goes on (its timeout, a cancel, the

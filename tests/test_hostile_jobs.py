@@ -1,6 +1,6 @@
-"""Hostile jobs and hostile rows against a real ``runjobs`` (issue #22 rows A, D, H):
+"""Hostile jobs and hostile rows against a real ``runjobs``:
 nothing a job does to the event loop or its process, and no value stored in a row,
-stops the worker serving its other jobs (SPEC §11, last sentence)."""
+stops the worker serving its other jobs (docs/explanation/guarantees.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One lock order, and a mixed run that proves it (#24).
+"""One lock order, and a mixed run that proves it.
 
 Every statement that *waits* for job row locks takes them in id order: the heartbeat,
 the release of jobs not started and the completer's redo form lock ``ORDER BY id FOR NO KEY UPDATE`` first, the hot

@@ -1,7 +1,7 @@
 """``runjobs --metrics-port`` as a real subprocess, scraped over HTTP.
 
 Runs completing, retried, dead (and, with h-core's timeouts, timed-out) jobs and
-checks every metric name and label set of SPEC §13 with its value.
+checks every metric name and label set of docs/reference/metrics.md with its value.
 """
 
 from __future__ import annotations

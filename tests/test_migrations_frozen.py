@@ -1,4 +1,4 @@
-"""Migrations are frozen (issue #14) and pgjobs_enqueue v2 is pinned (issue #12 item 10)."""
+"""Migrations are frozen and pgjobs_enqueue v2 is pinned."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model-based test of the combinations (issue #22 item 7; tests/model/): seeded
+"""The model-based test of the combinations (tests/model/): seeded
 random scenarios over real ``runjobs`` processes, checked after every step and at
 the end of each scenario (see tests/model/checks.py for what is checked).
 

@@ -1,4 +1,5 @@
-"""Operating on jobs from code and the shell (SPEC §12): ``Job.objects...retry()`` /
+"""Operating on jobs from code and the shell (docs/howto/operate-the-queue.md):
+``Job.objects...retry()`` /
 ``.cancel()``, ``manage.py retry_jobs`` / ``cancel_jobs``, ``jobs_status --check``."""
 
 from __future__ import annotations

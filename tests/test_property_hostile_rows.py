@@ -1,4 +1,4 @@
-"""Property test (issue #22 item 5): every stored value is hostile until decoded.
+"""Property test: every stored value is hostile until decoded.
 
 A hostile value written with raw SQL into one JSON column of one row (arguments,
 trace context, error history, stored result, a worker's queue list) must fail only

@@ -1,4 +1,4 @@
-"""Property test (issue #12): arbitrary JSON-ish values, huge numbers and deep nesting
+"""Property test: arbitrary JSON-ish values, huge numbers and deep nesting
 through enqueue (Python and ``pgjobs_enqueue``) -> claim -> run -> complete -> admin.
 
 Every example ends in a clear outcome: refused at enqueue with a clear error and

@@ -61,7 +61,7 @@ def test_run_once_reclaims_stale_jobs_and_leaves_fresh_ones() -> None:
     assert counts == {"reaped": 2, "pending": 1, "dead": 1}
     stale.refresh_from_db()
     last_try.refresh_from_db()
-    # A lost worker costs no attempt (issue #12: a crashing neighbour must not cost
+    # A lost worker costs no attempt (a crashing neighbour must not cost
     # every job of its process an attempt) until it happened max_attempts times.
     assert (stale.status, stale.lease, stale.attempts) == ("pending", 2, 0)
     assert (last_try.status, last_try.lease, last_try.attempts) == ("dead", 2, 1)

@@ -1,6 +1,6 @@
-"""A job that kills its worker process must not cost its neighbours an attempt
-(issue #12 item 10), while a real crasher still ends in the dead letters: reclaimed,
-it runs alone and its next crash is charged to it (issue #22; tests/test_suspects.py).
+"""A job that kills its worker process must not cost its neighbours an attempt,
+while a real crasher still ends in the dead letters: reclaimed,
+it runs alone and its next crash is charged to it (tests/test_suspects.py).
 
 Real ``runjobs`` subprocesses; timings from tests/settings.py (stale after 2 s)."""
 

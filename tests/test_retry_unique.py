@@ -1,6 +1,6 @@
 """Retrying a dead or cancelled ``@job(unique_while=...)`` job whose key another job holds.
 
-SPEC §11: a second enqueue of a held key writes nothing and returns the holder. A
+A second enqueue of a held key writes nothing and returns the holder. A
 retry (admin action, ``.retry()``, ``retry_jobs``) follows the same rule: that job is
 skipped and reported with its holder, the rest of the selection is retried, and the
 statement never fails on the unique index — also when two retries (or a retry and an

@@ -1,4 +1,4 @@
-"""The minute rollup (issue #24): exact under racing passes and late commits, forgets old
+"""The minute rollup: exact under racing passes and late commits, forgets old
 minutes, and the pages that read it stay off the finished jobs.
 
 Real PostgreSQL, real concurrent connections (one per thread); no mocks. The ground

@@ -1,4 +1,4 @@
-"""A crash is charged to the crasher (issue #22 item 3, row C; SPEC §11): jobs reclaimed
+"""A crash is charged to the crasher (docs/explanation/guarantees.md): jobs reclaimed
 from a lost worker are suspects and run alone in a child process until a run of
 theirs ends normally; a child that dies charges that run to its job alone.
 

@@ -280,9 +280,8 @@ def test_async_job_and_aenqueue_spans(spans: InMemorySpanExporter) -> None:
 def test_a_hostile_stored_trace_context_never_fails_the_job(
     spans: InMemorySpanExporter, stored: str
 ) -> None:
-    """Issue #22 row G: ``{"traceparent": 5}`` made the propagator raise TypeError and
-    the job was dead-lettered without running. A trace is never worth failing a job
-    for: the job runs, in a span of a trace of its own."""
+    """``{"traceparent": 5}`` makes the propagator raise TypeError. A trace is never
+    worth failing a job for: the job runs, in a span of a trace of its own."""
     job = add.enqueue(2, 3)
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {JOB} SET trace_context = {stored} WHERE id = %s", [job.id])

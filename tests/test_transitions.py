@@ -66,7 +66,7 @@ class Op:
     counts: frozenset[str] = frozenset()
 
 
-# Workflows (release 0.3): a job moves when a parent of it moves (the trigger of
+# Workflows: a job moves when a parent of it moves (the trigger of
 # db/workflow_trigger.py), or when it is retried with parents still unfinished.
 _PARENTS: dict[int, Job] = {}
 

@@ -1,4 +1,4 @@
-"""The worker's write path after errors (#12 item 2), the hot cursor under
+"""The worker's write path after errors, the hot cursor under
 ``execute_wrapper``, prepared statements, timeouts as options, and ``aenqueue``.
 
 In-process, on the real database; faults are injected with Django's own
@@ -197,7 +197,7 @@ def test_timeout_options_are_validated_and_stored() -> None:
 
 
 def test_a_per_call_timeout_of_none_is_stored_as_no_limit_on_every_enqueue_path() -> None:
-    # SPEC: None = no limit. NULL would mean "not given" (the @job's 1 s applies),
+    # docs/reference/api.md: None = no limit. NULL would mean "not given" (the @job's 1 s applies),
     # so an explicit None is stored as Infinity, by every way a row is written.
     unlimited = core_jobs.sleeps_past_timeout.using(timeout=None)
     ids = [

@@ -147,7 +147,7 @@ def test_retry_on_retries_only_listed_exceptions() -> None:
 
 
 def test_unknown_task_is_left_pending_without_import() -> None:
-    # Deploy skew (SPEC §2): a worker never claims a task it does not know; the job
+    # Deploy skew (docs/howto/upgrade.md): a worker never claims a task it does not know; the job
     # waits (tests/test_flow.py covers the dead letter after UNKNOWN_TASK_TIMEOUT).
     job = jobs.noop.enqueue()
     Job.objects.filter(id=job.id).update(task="os.system")
@@ -296,7 +296,7 @@ def test_lost_lease_is_noticed_by_heartbeat_and_fenced(caplog: pytest.LogCapture
 
 
 def test_using_timeout_none_lifts_the_limit_of_the_job() -> None:
-    # @job(timeout=1): .using(timeout=None) runs without a limit, as the SPEC says.
+    # @job(timeout=1): .using(timeout=None) runs without a limit, as docs/reference/api.md says.
     unlimited = core_jobs.sleeps_past_timeout.using(timeout=None, max_attempts=1).enqueue(1.6)
     limited = core_jobs.sleeps_past_timeout.using(max_attempts=1).enqueue(1.6)
     run_burst(concurrency=2)

@@ -1,4 +1,5 @@
-"""``batch()`` (SPEC §14): jobs enqueued inside the block join; the callbacks fire
+"""``batch()`` (docs/reference/workflows.md): jobs enqueued inside the block join; the
+callbacks fire
 once every member has finished and the block has closed the batch."""
 
 from __future__ import annotations

@@ -116,8 +116,8 @@ def test_a_completion_batch_of_a_young_chord_reads_its_edges_by_index() -> None:
     enqueued, its edges never analysed, 300 members completed in one statement (the
     completer's batches during a drain). The step plans once per session, a generic
     plan blind to the arrays' length, and it read the whole edges table for
-    ``parent_id = ANY (done_ids)``, testing each edge against the 300 ids: 24 ms
-    per statement, a cost per member that grew with the table. Without statistics
+    ``parent_id = ANY (done_ids)``, testing each edge against the 300 ids: a cost
+    per member that grew with the table. Without statistics
     and with them, it reads only the 300 edges, through their index."""
     jobs = chord_of(BIG, "young")
     for analysed in (False, True):

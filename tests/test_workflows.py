@@ -1,4 +1,5 @@
-"""Workflows (SPEC §14): building, validating and enqueueing graphs, and running them
+"""Workflows (docs/reference/workflows.md): building, validating and enqueueing graphs,
+and running them
 with ``testing.run_jobs()`` (the release, the results, cancels and resumes that the
 database does in the transaction of each parent's move)."""
 
@@ -446,7 +447,7 @@ def test_hostile_names_and_values_are_stored_as_given() -> None:
 
 
 def test_an_undecodable_parent_result_fails_the_child_alone() -> None:
-    """Issue #22 item 5: a parent's stored result psql made undecodable dead-letters
+    """A parent's stored result psql made undecodable dead-letters
     the child that reads it, with the reason; the worker and other jobs go on."""
     run = chain(w.double.s(1), w.double.using(max_attempts=1).s()).enqueue()
     parent, child = Job.objects.filter(workflow_id=run.id).order_by("id")

@@ -97,7 +97,7 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
                 "classes": ("collapse",),
             },
         ),
-        # Workflows (release 0.3): admin/workflows.py shows the run.
+        # Workflows: admin/workflows.py shows the run.
         (
             "Workflow",
             {

@@ -52,7 +52,7 @@ ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_
 # ``FROM picked WHERE j.id = picked.id``, a table without statistics yet (a bulk
 # enqueue into a new table, autovacuum not run) is estimated at a few rows per
 # page, and the prepared statement's generic plan became a hash join over a
-# sequential scan of the whole table, 13 ms per claim on 50,000 rows
+# sequential scan of the whole table, a cost per claim that grew with the table
 # (tests/test_perf_plans.py pins the plan).
 #
 # ``heartbeat_at`` is the clock when the row is claimed, not the transaction's start
@@ -120,8 +120,8 @@ WITH picked AS (
 # condition ``queue = qs.name AND priority = lv.p AND run_at >= since``); the other
 # claims' bound is only a filter on the entries after ``queue = ...``, since priority
 # comes before run_at in the index, so they still step over the entries of every job
-# claimed since VACUUM last ran (4.9 ms per claim after 180,000 jobs under a held
-# xmin horizon, against 0.03 ms seeking by level). The worker passes the priorities
+# claimed since VACUUM last ran (under a held xmin horizon that walk grows with every
+# job claimed; seeking by level does not). The worker passes the priorities
 # that its queues' pending jobs at or past the bound can have (claim_front.py);
 # rows of the scans that are not taken stay locked only for this statement.
 def claim_levels(lateral: str) -> str:
@@ -169,8 +169,8 @@ UNBOUNDED = datetime(1, 1, 1, tzinfo=UTC)
 # claims are then JOB_CLAIM_ONE_QUEUE / JOB_CLAIM_QUEUES, which walk the claim
 # index once per queue, where JOB_CLAIM_ALL walks it twice (this probe, then the
 # LATERAL scan): until VACUUM, each walk steps over the index entries every
-# claimed job left behind. Measured on a no-op drain of 50,000 jobs: PostgreSQL
-# CPU 26.7 -> 24.9 us per job (docs/explanation/performance.md). Read-only.
+# claimed job left behind, so one walk per claim costs the server less per job.
+# Read-only.
 PENDING_QUEUES = f"""
 WITH RECURSIVE {_PENDING_QUEUES_SINCE}
 SELECT name FROM qs WHERE name IS NOT NULL
@@ -222,9 +222,9 @@ class Claimed:
     """A claimed job as the worker sees it (no model instance on the hot path).
 
     Read-only by convention, not ``frozen``: a frozen dataclass sets each of its 15
-    fields through ``object.__setattr__`` (1.2 µs a row against 0.14), and the claim
-    thread builds one per claimed job (a py-spy profile of a 200,000-job drain put
-    ``from_rows`` at a third of that thread's time)."""
+    fields through ``object.__setattr__``, several times slower than a slots dataclass,
+    and the claim thread builds one per claimed job: on a no-op drain ``from_rows`` is
+    a large part of that thread's time."""
 
     id: int
     task: str

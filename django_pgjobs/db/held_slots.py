@@ -1,5 +1,5 @@
 """Limit slots held by runs the queue has written off while their thread goes on
-(SPEC §11, "When features meet": a limit counts what really runs).
+(a limit counts what really runs: see docs/explanation/guarantees.md).
 
 Python cannot stop a thread. A run that timed out, was cancelled, was reclaimed
 (the reaper, an admin retry of a stuck job) or was released at shutdown while it
@@ -50,10 +50,9 @@ def forget_gone() -> str:
     ``%(stale_after)s``. So a frozen worker has 2 x STALE_AFTER in all to come back and
     say when its run ended, whether the slot was written when the reaper reclaimed the
     run (a new slot) or before the freeze (a timeout, a cancel: an old slot, which a
-    test of the worker's silence alone would give back after STALE_AFTER; found by the
-    model-based test, seed 206281739). The reaper forgets a worker's row after the same
-    2 x STALE_AFTER. Part of the reaper's statement (JOB_REAP_STALE, which pg_cron runs
-    too). SKIP LOCKED: reapers on many hosts never wait on each other."""
+    test of the worker's silence alone would give back after STALE_AFTER). The reaper
+    forgets a worker's row after the same 2 x STALE_AFTER. Part of the reaper's statement
+    (JOB_REAP_STALE, which pg_cron runs too). SKIP LOCKED: reapers on many hosts never wait on each other."""
     return f"""DELETE FROM {HELD_SLOT} h
      WHERE (h.job_id, h.lease) IN (
         SELECT s.job_id, s.lease FROM {HELD_SLOT} s

@@ -62,7 +62,7 @@ _FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"
 # cancelled. A stuck run is written off like the reaper's: its limit slot stays held
 # (db/held_slots.py) in case its worker was only frozen.
 #
-# unique_while (SPEC 11): a dead or cancelled job that still carries a unique key
+# unique_while (docs/reference/api.md): a dead or cancelled job that still carries a unique key
 # must not take it back while another job holds it (blocked, pending or running), nor may
 # two jobs of this statement take the same key. Such a job is skipped, like a
 # second enqueue of the key: one row per skipped job, with the id of the job that

@@ -25,8 +25,8 @@ def _lock_ours(source: str) -> str:
     two can never wait on each other in a cycle."""
     # One probe of the primary key per id, in id order (the nested loop keeps the
     # sorted outer's order): a join left to the planner hash-joined a sequential
-    # scan of every running row, 7 ms of a 300-row completion at 20,000 running
-    # jobs, and the drain fell from 26,000 to 17,000 jobs/s (tests/test_perf_plans.py).
+    # scan of every running row, a cost that grows with the running jobs and slowed
+    # the whole drain (tests/test_perf_plans.py).
     return f"""SELECT l.id FROM (SELECT id, lease FROM {source} ORDER BY id) o
      CROSS JOIN LATERAL (
         SELECT j.id FROM {JOB} j
@@ -74,7 +74,7 @@ WITH {_TOLD}, {_beat("f")}
 # every other running row claimed by this worker (``worker`` = its id) under a lease
 # it was not told of: a claim that committed while the GIL was held, whose reply the
 # claimer could not read yet, so neither the worker's in-flight table nor this process
-# knew the rows, and nothing refreshed them (issue #22: reaped from a live worker).
+# knew the rows, and nothing refreshed them (reaped from a live worker).
 # Such a row runs on this worker as soon as it can read the reply; until then it is
 # kept alive like the others. Returns (id, lease, adopted): the told leases no longer
 # ours (adopted false) and the rows adopted (true), beaten from now on. Read through
@@ -105,8 +105,7 @@ SELECT id, lease, true FROM adopted
 # order; on a small or freshly analysed table PostgreSQL chose a hash join over a
 # sequential scan, locked in the heap's order, and deadlocked with cancels and
 # heartbeats (tests/test_lock_order.py). The explicit lock costs one more WAL
-# record per row (measured: 300-row completion 11.0 -> 12.0 ms, 644 -> 786 WAL
-# bytes a row, on a loaded 2-core box).
+# record per row, a small price for a lock order that holds whatever the plan.
 _COMPLETE_ITEMS = f"""d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])
         AS d(id, lease, value)

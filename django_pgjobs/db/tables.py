@@ -31,8 +31,8 @@ UNIQUE_ACTIVE_INDEX = "pgjobs_job_unique_active_uniq"
 # status and prefers to scan the whole partial index and hash-join it with the ids.
 # That scan walks every running row plus the dead index entries of every job that
 # passed through running (or, for the completed check, every completed row of the
-# history): measured 57-84 ms per 64-row completion batch on a 200,000-job drain,
-# 2,000 jobs/s instead of 10,000. tests/test_perf_plans.py pins the plans.
+# history), a cost per completion batch that grows with the table and slows a drain
+# several times over. tests/test_perf_plans.py pins the plans.
 def by_id_is(*statuses: str, column: str = "status") -> str:
     if len(statuses) == 1:
         return f"{column} = '{statuses[0]}' COLLATE \"C\""

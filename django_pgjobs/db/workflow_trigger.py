@@ -1,4 +1,4 @@
-"""The workflow trigger (release 0.3): how the database releases, cancels and resumes
+"""The workflow trigger: how the database releases, cancels and resumes
 blocked jobs in the transaction that moves their parents.
 
 How a blocked job is released: the database does it, in the transaction that
@@ -30,8 +30,7 @@ order: a deadlock), and a child's counter is decremented once per statement, by
 the number of its parents that statement finished (a 300-job completion batch of
 one chord updates the callback's row once, not 300 times). A plain statement, and a
 claim or heartbeat of members, ends in the trigger's first query: one scan of its
-new and old rows for a member in a finished status (measured in
-docs/explanation/performance.md). The step locks the children and counts what the
+new and old rows for a member in a finished status. The step locks the children and counts what the
 parents bring each in one pass over the edges, and plans its statements once per
 session (re-planning them cost more than running them), never with a sequential
 scan (on a young edges table the generic plan read every edge at every completion).

@@ -1,4 +1,4 @@
-"""Every statement of workflows and batches (release 0.3) but the trigger, with what
+"""Every statement of workflows and batches but the trigger, with what
 each lock does: enqueue of a graph, parent results, batches, cancel, the admin's reads
 and the repair pass. How a blocked job is released: ``db/workflow_trigger.py``.
 """
@@ -155,7 +155,7 @@ SELECT e.parent_id, e.child_id, e.position, e.on_parent_failure, e.receives
  ORDER BY e.child_id, e.position
 """
 
-# The admin's workflow page and list (release 0.3). Reads only, each bounded in
+# The admin's workflow page and list. Reads only, each bounded in
 # rows by its parameters, through the workflow index (pgjobs_job_workflow_idx) and
 # the edges' primary key; tests/test_workflow_admin_plans.py pins the plans.
 
@@ -229,8 +229,8 @@ SELECT queue, count(*) FROM {JOB} WHERE status = 'blocked' GROUP BY queue
 # before; a parent finishing later waits for these locks and counts itself.
 # Only jobs enqueued %(min_age)s seconds ago or more (``created_at`` is a statement
 # timestamp, as Django stamps it): a young workflow is draining, and recounting a
-# chord's callback holds its row while its members' completions wait for it (10,000
-# parents: 50-90 ms per worker, in every chord drain a worker started beside); what
+# chord's callback holds its row while its members' completions wait for it (a
+# recount per worker, in every chord drain a worker started beside); what
 # the pass repairs was written by hand or with triggers off.
 WF_REPAIR_LOCK = f"""
 SELECT id FROM {JOB}

@@ -11,7 +11,7 @@ asks.
 Needs ``prometheus_client`` (``pip install "django-pgjobs[metrics]"``); importing
 this module without it raises ``ImproperlyConfigured`` naming the extra.
 
-Metric names and labels are the contract of SPEC §13 and the reference page
+Metric names and labels are a public contract, stated by the reference page
 ``docs/reference/metrics.md``.
 """
 

@@ -68,7 +68,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,199}$")
 
 KEY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
-#: Longest schedule name whose key ``cron:<name>:<2024-01-01T00:00:00Z>`` fits the
+#: Longest schedule name whose key ``cron:<name>:<fire time, KEY_TIME_FORMAT>`` fits the
 #: idempotency_key column (255 characters).
 MAX_KEYED_NAME = 255 - len("cron:") - len(":") - len("2024-01-01T00:00:00Z")
 

@@ -1,5 +1,5 @@
 """The rollup pass: count finished jobs into per-minute rows (``db/rollup.py``), so the
-overview, its charts and ``jobs_status`` read minutes, not jobs (issue #24).
+overview, its charts and ``jobs_status`` read minutes, not jobs.
 
 Every ``runjobs`` runs a pass every ``INTERVAL`` seconds; no leader: a pass takes the
 mark row with ``SKIP LOCKED``, so one counts and the others skip. A pass counts the jobs

@@ -1,15 +1,14 @@
 """The statistics pass: ANALYZE the jobs table when it has outgrown the size at which
-the sessions' cached plans were made (issue #24).
+the sessions' cached plans were made.
 
 Why: the worker's statements are prepared, and PostgreSQL keeps a prepared statement's
 generic plan until the statistics or the definition of a table it reads change. A plan
 made while the table was small may read it whole: on a table of a page or two a
 sequential scan costs less than the primary key, so the claim's UPDATE was planned as
 one. The plan stays while the table grows, until autovacuum first analyses it
-(``autovacuum_naptime``, a minute by default, later on a busy server). Measured on the
-long soak's fresh table at 2,000 jobs/s: every claim read the whole table, 75 ms each
-at 45 s, and p95 from enqueue to start climbed to 0.3-4.8 s before the first
-autovacuum; then 4-5 ms. The same happens after a quiet spell in which autovacuum
+(``autovacuum_naptime``, a minute by default, later on a busy server): until then every
+claim reads the whole growing table, and the time from enqueue to start climbs with it.
+The same happens after a quiet spell in which autovacuum
 shrank and analysed the table, when a burst arrives.
 
 So every ``runjobs`` checks every ``INTERVAL`` seconds how large the table is against

@@ -4,7 +4,7 @@ idempotency_key, max_attempts): enqueue from pg_cron schedules, triggers or psql
 It writes the same columns as the Python enqueue (a NULL argument falls back to
 the column's default), validates its input, and sends the same wake-up NOTIFY.
 
-Frozen: the SQL text is the one this migration ran in release 0.1 and never
+Frozen: the SQL text is the one this migration first ran and never
 changes (a migration must not import live code). Later versions of the function
 come with later migrations (0003_enqueue_function_v2).
 """

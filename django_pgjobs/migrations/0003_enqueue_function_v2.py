@@ -1,5 +1,5 @@
 """pgjobs_enqueue, version 2: schema-qualified, with a pinned search_path, and
-bounding its arguments like the Python enqueue (issue #12).
+bounding its arguments like the Python enqueue.
 
 * The function is created in the jobs table's own schema and inserts into that
   schema's table by name, and it runs with ``search_path = pg_catalog, pg_temp``:

@@ -1,4 +1,4 @@
-"""Flow control (release 0.2): queues as rows (pause, max_running, rate), per-key
+"""Flow control: queues as rows (pause, max_running, rate), per-key
 concurrency and unique-while-active columns on jobs, and the tasks each worker
 knows (deploy skew). Reversible: every operation is a plain schema change.
 

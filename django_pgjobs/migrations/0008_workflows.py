@@ -1,4 +1,4 @@
-"""Workflows and batches (release 0.3): the ``blocked`` status, the workflow and
+"""Workflows and batches: the ``blocked`` status, the workflow and
 dependency tables, the workflow columns of jobs, and the trigger that releases a
 blocked job in the transaction that finishes its last parent.
 

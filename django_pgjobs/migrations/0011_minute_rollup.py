@@ -1,4 +1,4 @@
-"""The rollup (issue #24): ``django_pgjobs_minute``, jobs finished per minute, queue and
+"""The rollup: ``django_pgjobs_minute``, jobs finished per minute, queue and
 status, and ``django_pgjobs_rollupmark``, the one row saying how far it has counted
 (the first rollup pass of a worker writes it). Two new, small tables; nothing on the jobs
 table changes, so no lock on it. Reversible.

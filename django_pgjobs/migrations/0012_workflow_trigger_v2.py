@@ -1,4 +1,4 @@
-"""The workflow trigger, version 2 (issue #23):
+"""The workflow trigger, version 2:
 
 * a child retried in the same statement as its failed parent waits for that parent
   again (it went pending with nothing to wait for, and could run before it);

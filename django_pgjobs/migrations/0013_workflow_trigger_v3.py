@@ -1,4 +1,4 @@
-"""The workflow trigger, version 3 (issue #23, the chord's drain):
+"""The workflow trigger, version 3 (the chord's drain):
 
 * the step (``pgjobs_workflow_step``) runs with ``SET enable_seqscan = off``, so its
   generic plans find a completion's edges through their parent index however young

@@ -1,4 +1,4 @@
-"""The workflow trigger, version 4 (issue #23, a plan test that failed once):
+"""The workflow trigger, version 4 (the edges read one parent at a time):
 
 * the step reads the edges of the parents a statement finished (or retried) one parent
   at a time through the edges' parent index (``CROSS JOIN LATERAL (... OFFSET 0)``),

@@ -6,7 +6,8 @@ loop in one thread, limited by ``--async-concurrency``. The worker cancels a
 coroutine (``Task.cancel``) when its run times out or at shutdown. Django's
 async ORM works inside: it runs its queries in Django's own sync threads.
 
-The loop is shared, so it must survive what any one job does to it (SPEC §11):
+The loop is shared, so it must survive what any one job does to it
+(docs/explanation/guarantees.md, "Hostile values and hostile jobs"):
 ``loop.stop()`` or ``loop.close()`` from a job raises in that job alone (only the
 runner stops its loop); ``SystemExit`` or ``KeyboardInterrupt`` escaping a task the
 job spawned is logged and the loop runs on; a job that blocks the loop for

@@ -88,8 +88,7 @@ class ClaimSize:
         job time, at most ``--batch``; none until a job time has been observed, and
         about none for slow jobs, so one worker does not hoard work others could
         start. Capped at ``--batch`` rather than ``concurrency``: for fast jobs the
-        claim's fixed cost is what matters, and claims of up to 100 rows instead of
-        32 took the plain no-op drain from ~23k to ~30k jobs/s
+        claim's fixed cost per round trip is what limits a drain of them
         (docs/explanation/performance.md)."""
         job_time = self.job_time
         if job_time is None:
@@ -253,8 +252,8 @@ class Claimer:
         return want
 
     def gather_slots(self, runs: JobRuns, want: int) -> int:
-        """Saturated: wait up to GATHER_WAIT for ``min_claim`` free slots (a profile of
-        no-op drains showed claims of 1-2 rows each, one round trip per job)."""
+        """Saturated: wait up to GATHER_WAIT for ``min_claim`` free slots (without it
+        a saturated worker claims one or two rows at a time, a round trip per job)."""
         deadline = time.monotonic() + GATHER_WAIT
         floor = self.size.min_claim()
         while want < floor and not self._stop.is_set():
@@ -295,7 +294,7 @@ class Claimer:
         worker held, or for the GIL a job of this worker held while its reply came):
         its rows' heartbeat is the claim's start, perhaps STALE_AFTER ago already, and
         no beat knows them yet. Refreshed now, before they are handed out, so the reaper
-        does not take them for a lost worker's (SPEC §11)."""
+        does not take them for a lost worker's (docs/explanation/guarantees.md)."""
         logger.info(
             "worker %s: a claim of %d job(s) took %.1fs; their heartbeats refreshed at once",
             self.worker_id,

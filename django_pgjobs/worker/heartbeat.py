@@ -8,7 +8,8 @@ cancel, the reaper, an admin retry): its context turns cancelled so a long job c
 stop, and the loss is reported like every fenced write.
 
 The reaper takes a job whose heartbeat is older than ``STALE_AFTER`` for dead, so
-this is where SPEC §11's rule lives: a worker that is alive is never taken for dead.
+this is where the rule lives that a worker that is alive is never taken for dead
+(docs/explanation/guarantees.md).
 What the heartbeat needs from the worker is deliberately narrow (``JobLeases``:
 which (id, lease) are in flight, and where to say a lease was lost), so it can beat
 from elsewhere than the worker's own threads: the heartbeat process

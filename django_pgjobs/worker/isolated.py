@@ -1,7 +1,7 @@
 """Suspects run alone: a job reclaimed from a lost worker (``Job.suspect``, set by the
 reaper) may be what killed that worker, so it runs in a child process of its own
-until one of its runs ends normally (SPEC §11: a crash is charged to the crasher,
-never to its neighbours).
+until one of its runs ends normally (a crash is charged to the crasher, never to its
+neighbours: docs/explanation/guarantees.md).
 
 The job thread that got the suspect starts ``python -c <CHILD>``, hands it the claim
 (pickled, on stdin) and waits. The child sets Django up, runs the job with the same

@@ -22,8 +22,8 @@ _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 class _JobThread(threading.local):
     """A job thread's connection wrappers, by alias. ``connections[alias]`` goes
-    through asgiref's ``Local`` (~0.9 us) and each job made two lookups: a tenth of
-    the worker's time holding the GIL in a no-op drain. On a sync thread Django's
+    through asgiref's ``Local`` and each job made two lookups: a visible share of the
+    worker's time holding the GIL in a no-op drain. On a sync thread Django's
     handler is per thread (thread-critical), so the wrapper is the thread's for its
     life unless something deletes it, which nothing does on a job thread. Threads not
     marked by ``serve_jobs`` (a test's main thread, whose rigs do delete it; the
@@ -67,7 +67,7 @@ class _SharedWatch:
     """On the connection of asgiref's thread-sensitive thread, where every ``async
     def`` job's ORM calls run (``sync_to_async``, ``aget``, ``acreate``...): after each
     query sent there, whether it left a raw transaction open. Read from the event
-    loop, it answers without a hop to that thread (~140 us), and without waiting for
+    loop, it answers without a hop to that thread, and without waiting for
     a neighbour's query under way there."""
 
     def __init__(self, wrapper: BaseDatabaseWrapper) -> None:

@@ -155,7 +155,8 @@ class Worker:
             jobs=self.inflight, row=self.row, alias=self.alias, interval=conf.HEARTBEAT_INTERVAL
         )
         if conf.HEARTBEAT_PROCESS if heartbeat_process is None else heartbeat_process:
-            # beats for the thread while it cannot (a job holding the GIL): SPEC §11
+            # beats for the thread while it cannot (a job holding the GIL): see
+            # docs/explanation/guarantees.md
             pulse = PulseLink(worker_id=self.id, on_lost=self.heartbeat.lost_elsewhere)
             self.heartbeat.pulse = pulse
             self.inflight.on_add = pulse.added

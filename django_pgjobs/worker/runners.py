@@ -1,9 +1,9 @@
 """The job threads: ``concurrency`` long-lived threads fed from one queue.
 
-Used instead of ``ThreadPoolExecutor`` on the worker's hot path: a py-spy
-profile of a 40,000-job no-op drain spent ~19% of the claim loop in
-``ThreadPoolExecutor.submit`` (a Future, a work item and an idle-semaphore
-check per job). Here a hand-off is one ``SimpleQueue.put`` (a C call); the
+Used instead of ``ThreadPoolExecutor`` on the worker's hot path: in a profile of a
+no-op drain ``ThreadPoolExecutor.submit`` (a Future, a work item and an
+idle-semaphore check per job) was a large share of the claim loop. Here a hand-off is
+one ``SimpleQueue.put`` (a C call); the
 worker tracks outcomes itself, so nothing needs a Future.
 
 A thread whose job timed out is *abandoned* (Python cannot kill a thread): a

@@ -1,5 +1,5 @@
 """The watchdog: gives up on runs past their timeout, and restarts a worker whose
-abandoned threads pile up (SPEC §11, timeouts).
+abandoned threads pile up (docs/reference/api.md, timeouts).
 
 Every ``WATCHDOG_INTERVAL`` it looks for runs past their deadline. Each one: its
 context turns cancelled, an ``async def`` run's task is cancelled, a ``def`` run's

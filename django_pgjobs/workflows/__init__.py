@@ -1,4 +1,4 @@
-"""Workflows and batches (release 0.3): jobs that depend on jobs.
+"""Workflows and batches: jobs that depend on jobs.
 
 ``Workflow`` (a graph), Celery's ``chain``, ``group`` and ``chord``, and ``batch``.
 The graph is written in one transaction (``writer``); the database releases each

@@ -284,8 +284,8 @@ class Scenario:
             env=env,
             capture_output=True,
             text=True,
-            # A driver is a Django start-up and a few statements, some retried; one
-            # took 27 s at load 12 and over 60 s at load 15 (CI).
+            # A driver is a Django start-up and a few statements, some retried; on a
+            # loaded two-core box that can take a minute.
             timeout=120,
         )
         for line in proc.stdout.splitlines():

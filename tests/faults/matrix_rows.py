@@ -22,8 +22,8 @@ FINAL = ("completed", "dead", "cancelled")
 FRESH_DEADLINE = 10.0
 SETTLE_DEADLINE = 12.0
 #: The suspect-crash cells' workload holds two runs in a child process of their own,
-#: each a Python start-up, and a reclaim after STALE_AFTER: at a loaded CI box's speed
-#: (a third of a quiet one) it once took longer than SETTLE_DEADLINE.
+#: each a Python start-up, and a reclaim after STALE_AFTER: on a loaded box that takes
+#: longer than SETTLE_DEADLINE.
 SUSPECT_SETTLE_DEADLINE = 30.0
 #: How long a worker cell of a periodic pass's statement waits for its fault to fire
 #: (the statistics pass runs every 5 s, with a tenth of jitter).
@@ -84,8 +84,7 @@ NOTIFY_DEADLINE = 1.5
 #: The heartbeat process's cells: STALE_AFTER of 6 heartbeat intervals, the ratio of
 #: the defaults (5 s, 30 s). The process's first beat comes 1.5 intervals into the
 #: thread's silence, so the suite's 4 intervals leave a failed beat and its reconnect
-#: about a second, too little on a box at load 20 (docs/explanation/guarantees.md,
-#: "What does not hold").
+#: about a second, too little on a heavily loaded box (docs/explanation/guarantees.md).
 PULSE_STALE_AFTER = 3.0
 #: ... and one C call keeps the GIL this long.
 GIL_HOLD = PULSE_STALE_AFTER + 1.5
@@ -242,7 +241,7 @@ ROWS: tuple[Row, ...] = (
         setup="unknown_dead",
         env=(("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "1"),),
     ),
-    # Workflows (release 0.3): a chord of two STEP members and an ATOMIC callback in
+    # Workflows: a chord of two STEP members and an ATOMIC callback in
     # the worker's workload (setup="workflow"); the release rides on the completion
     # of the last member (the trigger of db/workflow_trigger.py), so failing that completion
     # fails or loses the release with it, never one without the other.

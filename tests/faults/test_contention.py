@@ -62,8 +62,8 @@ def order_violations(rows: list[tuple]) -> list[tuple]:
 
 def drained_while_progressing(db, total: int, stall: float = 90.0, cap: float = 900.0) -> bool:
     """Wait for ``total`` completions while the count keeps rising: what the test checks
-    is exactly-once and order, not speed (the drain took 236 s of a 240 s deadline on
-    CI's loaded two-core box, then failed it). False after ``stall`` seconds without one
+    is exactly-once and order, not speed (on a loaded two-core box a fixed deadline is
+    a coin toss). False after ``stall`` seconds without one
     more completion, or ``cap`` in all."""
     start = best_at = time.monotonic()
     best = -1

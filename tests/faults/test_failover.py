@@ -1,4 +1,4 @@
-"""Failover drill on PostgreSQL's own streaming replication (issue #12).
+"""Failover drill on PostgreSQL's own streaming replication.
 
 A primary and a streaming standby (initdb / pg_basebackup, free loopback ports);
 workers and an enqueuing process connect with one multi-host URL

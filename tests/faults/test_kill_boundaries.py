@@ -56,7 +56,7 @@ def kill_and_time_reclaim(workers: Workers, db: psycopg.Connection, a, job: int)
 def assert_rescued(db: psycopg.Connection, job: int, elapsed: float) -> dict:
     row = wait_status(db, job, "completed")
     assert elapsed <= RECLAIM_BOUND, f"job stayed running {elapsed:.1f}s after the kill"
-    assert row["attempts"] == 1  # a lost worker's attempt is given back (issue #12)
+    assert row["attempts"] == 1  # a lost worker's attempt is given back
     assert row["lease"] == 3  # A's claim, the reaper's bump, B's claim
     assert [e["type"] for e in row["errors"]] == [WORKER_LOST]
     assert row["errors"][0]["refunded"] is True

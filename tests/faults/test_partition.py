@@ -1,4 +1,4 @@
-"""A real network partition (issue #12): worker A runs in its own network
+"""A real network partition: worker A runs in its own network
 namespace, joined to the host by a veth pair in a private /30; the throwaway
 cluster listens on the host side of the pair too. While A's jobs keep running,
 the link is taken down (no FIN, no RST: A's connections are half-open, exactly

@@ -58,7 +58,7 @@ def test_poison_jobs_reach_their_state_and_the_next_job_runs(
         assert all(text in e["message"] for e in row["errors"]), (kind, row["errors"])
         assert row["last_error"] and row["finished_at"] is not None, kind
         json.dumps(row["errors"])  # the recorded errors are plain JSON
-    # Deploy skew (SPEC §2): the worker never claims a task it does not know; the job
+    # Deploy skew (docs/howto/upgrade.md): the worker never claims a task it does not know; the job
     # waits for a worker that does (dead-lettered only after UNKNOWN_TASK_TIMEOUT).
     row = job_row(db, unknown)
     assert row["status"] == "pending" and row["attempts"] == 0 and row["errors"] == []

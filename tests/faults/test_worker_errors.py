@@ -1,4 +1,4 @@
-"""Issue #12, the worker's items (1, 6, 7, 8) and per-job timeouts, with real runjobs.
+"""The worker's error paths and per-job timeouts, with real runjobs.
 
 Each scenario puts a hostile row, value or exception in front of a real worker
 process and checks that the job it concerns fails alone with a clear error,

@@ -1,4 +1,4 @@
-"""The model-based test of the combinations (issue #22 item 7): seeded random
+"""The model-based test of the combinations: seeded random
 scenarios over real ``runjobs`` processes mixing timeouts, cancels, concurrency
 keys, ``max_running``, ``unique_while``, pause/resume, async jobs, worker SIGKILL
 and freezes (reaps), checked against the contract after every step and at the

@@ -16,7 +16,8 @@ from tests.model import jobs, records
 from tests.model.records import Run
 from tests.model.world import PID, World, owner_pid
 
-#: How late a pause may still let a claim through (SPEC §11: "within POLL_INTERVAL").
+#: How late a pause may still let a claim through ("within POLL_INTERVAL":
+#: docs/howto/control-throughput.md).
 PAUSE_GRACE = float(settings.PGJOBS["POLL_INTERVAL"])
 #: The kinds whose own code never fails (the known-broken ones aside).
 BROKEN_KINDS = ("crash", "gil", "loop")

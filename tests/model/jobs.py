@@ -1,8 +1,7 @@
 """What the model's workers run (PGJOBS["JOB_MODULES"], loaded by workers started
 with PGJOBS_TEST_MODEL=1 and by the test process). Every job records its runs
 (``records``); none fails by its own code except the kinds at the end, which
-misbehave on purpose (a crash, a long C call holding the GIL, a stopped loop: issue
-#22 rows C, C' and D, known broken until their fixes were merged).
+misbehave on purpose (a crash, a long C call holding the GIL, a stopped loop).
 """
 
 from __future__ import annotations

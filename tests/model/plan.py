@@ -15,17 +15,11 @@ from typing import Any
 
 from tests.model import jobs
 
-#: Combinations main does not handle yet (issue #22). Their ops stay out of the
+#: Combinations main does not handle yet. Their ops stay out of the
 #: mix; each has an xfail(strict) test (tests/test_model.py). When a fix lands,
 #: delete its entry: the op joins the mix and its xfail test turns into a failure
 #: (strict), to be deleted too.
-KNOWN_BROKEN: dict[str, str] = {
-    # Empty. The last entry, "loop" (seed 808108506 of the long profile: async jobs
-    # claimed with a job that stops the event loop reaped from their live worker), was
-    # not the loop's doing: the scenario's GIL-holding jobs (steps 17-18) took the GIL
-    # while their worker's claim of those jobs was on the wire, so its rows committed
-    # known to nobody who beats (fixed in pulse.py: JOB_HEARTBEAT_PULSE).
-}
+KNOWN_BROKEN: dict[str, str] = {}
 #: Known-broken ops whose short scenario shows the fault only now and then (a race):
 #: their xfail is not strict, and says so.
 RACES: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""Error paths of the Tasks backend (issue #12 items 3, 4 and 10; issue #16): signals
+"""Error paths of the Tasks backend: signals
 follow the database, naive datetimes agree, rows never pick what is imported."""
 
 from __future__ import annotations

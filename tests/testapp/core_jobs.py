@@ -87,7 +87,7 @@ def nap(seconds: float) -> None:
     time.sleep(seconds)
 
 
-# Hostile jobs (issue #22 item 4, rows D and H): what a job may do to the worker's
+# Hostile jobs: what a job may do to the worker's
 # event loop and process; tests/test_hostile_jobs.py.
 
 

@@ -304,7 +304,7 @@ class FaultUnprintable(Exception):
 
 
 class FaultSurrogate(Exception):
-    """An exception class whose name jsonb cannot store as it is (issue #22)."""
+    """An exception class whose name jsonb cannot store as it is."""
 
 
 FaultSurrogate.__qualname__ = "FaultSurrogate\ud800"
@@ -410,7 +410,7 @@ def times_out(seconds: float) -> None:
 
 @job(max_attempts=2)
 def exits_nine(seconds: float) -> None:
-    """Takes its process down with ``os._exit(9)`` after ``seconds`` (issue #22, row C)."""
+    """Takes its process down with ``os._exit(9)`` after ``seconds``."""
     time.sleep(seconds)
     os._exit(9)
 
