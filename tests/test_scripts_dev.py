@@ -31,6 +31,30 @@ def dev(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def not_runnable(python: str) -> str | None:
+    """Why ``python`` cannot run here, or None. On PATH is not enough: a pyenv shim
+    exists for every installed version and runs only the ones PYENV_VERSION selects."""
+    if not shutil.which(python):
+        return f"no {python} here"
+    proc = subprocess.run([python, "-c", ""], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[0]
+        return f"{python} is on PATH but does not run here ({said})"
+    return None
+
+
+def test_a_python_that_does_not_run_is_named_with_the_fix(tmp_path: Path) -> None:
+    # What a pyenv shim does for an installed version that PYENV_VERSION does not select.
+    shim = tmp_path / "python3.99"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.99: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    proc = dev("which", PYTHON=str(shim))
+    assert proc.returncode == 127
+    assert proc.stdout == ""
+    assert f"scripts/dev: PYTHON={shim} does not run here: pyenv: python3.99" in proc.stderr
+    assert "PYENV_VERSION" in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("python", "django"),
     [
@@ -40,8 +64,9 @@ def dev(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_newest_django_the_interpreter_supports(python: str, django: str) -> None:
-    if not shutil.which(python):
-        pytest.skip(f"no {python} here")
+    why = not_runnable(python)
+    if why:
+        pytest.skip(why)
     proc = dev("which", PYTHON=python)
     assert proc.returncode == 0, proc.stderr
     assert f"django={django} " in proc.stdout
