@@ -5,6 +5,7 @@ E002 unknown PGJOBS key / bad PGJOBS value / bad environment variable (conf.py d
 E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
 E004 invalid recurring schedule (expression, timezone, entry)   E005 unknown task in CRON
 E010 bad PGJOBS["QUEUES"] entry (unknown key, max_running < 1, rate not "N/s"|"N/m"|"N/h")
+E011 the database has part of the migrations the squashed migration replaces (database check)
 W004 CRON_CATCHUP_WINDOW not shorter than a RETENTION (a pruned fire time could run again)
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
+from django.db import DatabaseError
 
 from django_pgjobs.conf import (
     PgJobsSettings,
@@ -24,6 +26,7 @@ from django_pgjobs.conf import (
     raw_settings,
     settings_errors,
 )
+from django_pgjobs.db.readiness import replaced_in_part, replaced_in_part_message
 
 #: Where a pip user finds the keys: the documentation's page, by title (not a repository path).
 SETTINGS_HINT = (
@@ -131,3 +134,22 @@ def check_queues(conf: PgJobsSettings) -> list[checks.CheckMessage]:
         checks.Error(p, hint="See docs/howto/control-throughput.md", id="django_pgjobs.E010")
         for p in queue_problems(conf.QUEUES)
     ]
+
+
+@checks.register(checks.Tags.database)
+def check_migration_series(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """A database part-way through the migrations the squash replaced: ``migrate`` (which
+    runs the database checks) stops here instead of silently migrating nothing."""
+    errors: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        try:
+            part = replaced_in_part(alias)
+        except DatabaseError:
+            continue  # no server or no django_migrations table: migrate says so itself
+        if part:
+            errors.append(
+                checks.Error(replaced_in_part_message(alias, part), id="django_pgjobs.E011")
+            )
+    return errors

@@ -88,6 +88,23 @@ def other_connection(transactional_db: Any) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+@pytest.fixture
+def scratch_db(other_connection: psycopg.Connection) -> Iterator[Callable[[], str]]:
+    """Create empty databases on demand; dropped afterwards."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"{connection.settings_dict['NAME']}_scratch{len(made)}"
+        other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        other_connection.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 class WorkerProcess:
     """A real ``manage.py runjobs`` subprocess on the test database."""
 

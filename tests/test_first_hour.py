@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from django_pgjobs.checks import check_settings
 from django_pgjobs.health.probe import main as health_main
 from django_pgjobs.models import Job
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY
-from tests.conftest import ROOT, WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, dsn, wait_until
 
 pytestmark = pytest.mark.process
 
@@ -43,23 +43,6 @@ def manage(
         text=True,
         timeout=timeout,
     )
-
-
-@pytest.fixture
-def scratch_db(other_connection: psycopg.Connection) -> Iterator[Callable[[], str]]:
-    """Create empty databases on demand; dropped afterwards."""
-    made: list[str] = []
-
-    def make() -> str:
-        name = f"{connection.settings_dict['NAME']}_scratch{len(made)}"
-        other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        other_connection.execute(f'CREATE DATABASE "{name}"')
-        made.append(name)
-        return name
-
-    yield make
-    for name in made:
-        other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # --------------------------------------------------------------------------- logging
@@ -173,11 +156,16 @@ def test_runjobs_against_a_missing_database_names_the_fix(transactional_db: Any)
 
 def test_runjobs_with_an_unapplied_migration_says_which(scratch_db: Callable[[], str]) -> None:
     db = scratch_db()
-    migrated = manage("migrate", "django_pgjobs", "0001", db=db, timeout=120)
+    migrated = manage("migrate", "django_pgjobs", db=db, timeout=120)
     assert migrated.returncode == 0, migrated.stderr
+    with psycopg.connect(dsn(), dbname=db, autocommit=True) as conn:
+        conn.execute("DELETE FROM django_migrations WHERE app = 'django_pgjobs'")
     proc = manage("runjobs", "--burst", db=db)
     assert proc.returncode == 2
-    assert "lacks django-pgjobs migration(s) django_pgjobs.0002_pgjobs_enqueue" in proc.stderr
+    assert (
+        "lacks django-pgjobs migration(s) django_pgjobs.0001_squashed_0015_job_timeout_no_limit"
+        in proc.stderr
+    )
     assert "run `python manage.py migrate`" in proc.stderr
 
 

@@ -1,20 +1,24 @@
-"""Migrations are frozen and pgjobs_enqueue v2 is pinned."""
+"""The migrations: one squashed migration replaces the series 0001-0015, and each SQL
+function (pgjobs_enqueue, the workflow trigger's) is written once, in db/, which the
+migration runs; the installed functions are the ones the code expects."""
 
 from __future__ import annotations
 
 import ast
 import importlib
-import re
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, migrations
 
-from django_pgjobs.db import workflow_trigger
-from django_pgjobs.db.functions import ENQUEUE_FUNCTION
+from django_pgjobs.db import functions, workflow_trigger
 from django_pgjobs.models import Job
 
-MIGRATIONS = Path(importlib.import_module("django_pgjobs.migrations").__file__).parent  # type: ignore[arg-type]
+PACKAGE = Path(importlib.import_module("django_pgjobs").__file__).parent  # type: ignore[arg-type]
+MIGRATIONS = PACKAGE / "migrations"
+SQUASH = "0001_squashed_0015_job_timeout_no_limit"
+#: What the migrations may import of the package: the SQL texts of the functions.
+SQL_TEXTS = {"django_pgjobs.db.functions", "django_pgjobs.db.workflow_trigger"}
 
 
 def _migration_files() -> list[Path]:
@@ -22,8 +26,9 @@ def _migration_files() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _migration_files(), ids=lambda p: p.stem)
-def test_migrations_do_not_import_live_code(path: Path) -> None:
-    """Editing the package must never rewrite an applied migration."""
+def test_migrations_import_only_the_sql_texts_of_the_package(path: Path) -> None:
+    """A migration that imported a model or a setting would change with the code it runs
+    against; the functions' texts are meant to (a fresh database gets the code's)."""
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         names: list[str] = []
@@ -32,40 +37,61 @@ def test_migrations_do_not_import_live_code(path: Path) -> None:
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         for name in names:
-            assert not (
-                name.startswith("django_pgjobs") and not name.startswith("django_pgjobs.migrations")
-            ), f"{path.name} imports {name}"
+            assert not name.startswith("django_pgjobs") or name in SQL_TEXTS, (
+                f"{path.name} imports {name}"
+            )
 
 
-def test_the_newest_enqueue_function_is_what_the_code_expects() -> None:
-    versions: dict[int, str] = {}
-    for path in _migration_files():
-        module = importlib.import_module(f"django_pgjobs.migrations.{path.stem}")
-        for name, value in vars(module).items():
-            match = re.fullmatch(r"ENQUEUE_FUNCTION_V(\d+)", name)
-            if match:
-                versions[int(match[1])] = value
-    assert versions, "no migration holds the text of pgjobs_enqueue"
-    assert versions[max(versions)] == ENQUEUE_FUNCTION
+def test_one_squashed_migration_replaces_the_series_0001_to_0015() -> None:
+    """Kept so that a database migrated by the series migrates on (Django marks the
+    squash applied there and runs nothing)."""
+    squash = importlib.import_module(f"django_pgjobs.migrations.{SQUASH}").Migration
+    assert [name for _, name in squash.replaces] == [
+        "0001_initial",
+        "0002_pgjobs_enqueue",
+        "0003_enqueue_function_v2",
+        "0004_job_timeout",
+        "0005_flow_control",
+        "0006_trace_context",
+        "0007_status_index_without_running",
+        "0008_workflows",
+        "0009_held_slots",
+        "0010_suspects",
+        "0011_minute_rollup",
+        "0012_workflow_trigger_v2",
+        "0013_workflow_trigger_v3",
+        "0014_workflow_trigger_v4",
+        "0015_job_timeout_no_limit",
+    ]
+    assert _migration_files()[0].stem == SQUASH
+    ran = [
+        (op.sql, op.reverse_sql) for op in squash.operations if isinstance(op, migrations.RunSQL)
+    ]
+    assert ([functions.ENQUEUE_FUNCTION], [_drop_enqueue()]) in ran
+    assert (
+        [workflow_trigger.WORKFLOW_FUNCTIONS],
+        [workflow_trigger.WORKFLOW_FUNCTIONS_DROP],
+    ) in ran
 
 
-def _newest(pattern: str) -> str:
-    versions: dict[int, str] = {}
-    for path in _migration_files():
-        module = importlib.import_module(f"django_pgjobs.migrations.{path.stem}")
-        for name, value in vars(module).items():
-            match = re.fullmatch(pattern, name)
-            if match:
-                versions[int(match[1])] = value
-    assert versions, f"no migration holds {pattern}"
-    return versions[max(versions)]
+def _drop_enqueue() -> str:
+    return str(importlib.import_module(f"django_pgjobs.migrations.{SQUASH}").ENQUEUE_FUNCTION_DROP)
 
 
-def test_the_newest_workflow_functions_are_what_the_code_expects() -> None:
-    """The trigger and functions of workflows (migration 0008): frozen in their
-    migration, equal to db/workflow_trigger.py's text until a new migration replaces them."""
-    assert _newest(r"WORKFLOW_FUNCTIONS_V(\d+)") == workflow_trigger.WORKFLOW_FUNCTIONS
-    assert _newest(r"WORKFLOW_FUNCTIONS_DROP_V(\d+)") == workflow_trigger.WORKFLOW_FUNCTIONS_DROP
+@pytest.mark.parametrize(
+    "function",
+    ["pgjobs_enqueue", "pgjobs_batch_fire", "pgjobs_workflow_step", "pgjobs_workflow_trigger"],
+)
+def test_each_sql_function_is_written_once(function: str) -> None:
+    """One text per function in the package, none in a migration: a change to a function
+    is made in one place."""
+    creating = f"CREATE OR REPLACE FUNCTION @SCHEMA@.{function}("
+    holders = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if creating in path.read_text()
+    ]
+    assert len(holders) == 1 and not holders[0].startswith("migrations"), holders
 
 
 @pytest.mark.django_db

@@ -14,12 +14,12 @@ from django_pgjobs.validation import MAX_DEPTH as MAX_JSON_DEPTH
 # (waits only for a concurrent inserter of the same key), NOTIFY at commit.
 # Returns the new job's id, or NULL when a job with that key already exists.
 #
-# Version 2 (migration 0003, which holds a frozen copy of this text; a test keeps
-# the two equal): the function and the table it writes are schema-qualified with
-# the jobs table's own schema and the function runs with a pinned search_path, so
-# a caller with another search_path (pg_cron, a trigger, a hostile session) gets
-# the same behaviour; arguments are bounded like the Python enqueue's (size from
-# the setting pgjobs.max_args_bytes, default 1 MiB; nesting; huge numbers).
+# The migrations run this text (it is the only one). The function and the table it
+# writes are schema-qualified with the jobs table's own schema and the function runs
+# with a pinned search_path, so a caller with another search_path (pg_cron, a
+# trigger, a hostile session) gets the same behaviour; arguments are bounded like the
+# Python enqueue's (size from the setting pgjobs.max_args_bytes, default 1 MiB;
+# nesting; huge numbers).
 # The statement is a DO block that finds the table's schema and creates the
 # function in it; @SCHEMA@ is that schema as an identifier, @SCHEMA_LITERAL@ the
 # same text escaped for use inside a string literal of the body.

@@ -81,6 +81,35 @@ def unapplied_migrations(alias: str) -> list[str]:
     return [f"{m.app_label}.{m.name}" for m, backwards in plan if not backwards]
 
 
+def replaced_in_part(alias: str) -> list[str]:
+    """django_pgjobs migrations a squashed migration replaces that the database has
+    applied, when it has not applied all of them (an empty list otherwise). Django then
+    drops the squash from its plan and, the replaced files being gone, migrates nothing
+    and says nothing: such a database must first reach the squash's end with code that
+    still has the replaced migrations (docs/howto/upgrade.md)."""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connections[alias], replace_migrations=False)
+    applied = loader.applied_migrations or {}
+    part: list[str] = []
+    for key, migration in loader.replacements.items():
+        done = [name for app, name in migration.replaces if (app, name) in applied]
+        if key[0] == "django_pgjobs" and 0 < len(done) < len(migration.replaces):
+            part.extend(done)
+    return part
+
+
+def replaced_in_part_message(alias: str, part: list[str]) -> str:
+    name = connections[alias].settings_dict.get("NAME") or "?"
+    return (
+        f"database {name!r} (alias {alias!r}) has django-pgjobs migrations up to "
+        f"{part[-1]} applied but not the rest of the series 0001-0015 that this version "
+        "replaces with one squashed migration, so `migrate` would change nothing: migrate "
+        "it to 0015_job_timeout_no_limit with a django-pgjobs version that still has those "
+        "migrations first (see 'Upgrading' in the django-pgjobs documentation)"
+    )
+
+
 def autocommit_problem(
     alias: str,
     who: str = "a worker",
@@ -114,6 +143,9 @@ def check(alias: str) -> Problem | None:
             (exists,) = cursor.fetchone()
         if not exists:
             return Problem(missing_table_message(alias), fatal=True)
+        part = replaced_in_part(alias)
+        if part:
+            return Problem(replaced_in_part_message(alias, part), fatal=True)
         pending = unapplied_migrations(alias)
     except DatabaseError as exc:
         explained = explain(exc, alias)

@@ -3,7 +3,7 @@ blocked jobs in the transaction that moves their parents.
 
 How a blocked job is released: the database does it, in the transaction that
 finishes its last parent, whoever finishes it. One statement-level ``AFTER UPDATE``
-trigger on the jobs table (``pgjobs_workflow_trigger``, created by migration 0008
+trigger on the jobs table (``pgjobs_workflow_trigger``, created by the migrations
 from ``WORKFLOW_FUNCTIONS``) sees the rows each UPDATE changed (its transition
 tables) and hands the workflow members that entered or left a finished status to
 ``pgjobs_workflow_step``. That function, per parent that finished, decrements the
@@ -67,9 +67,8 @@ FINISHED_SQL = f"({_FINISHED_ITEMS})"
 FINISHED_ARRAY = f"ARRAY[{_FINISHED_ITEMS}]"
 
 # ---------------------------------------------------------------------------
-# The trigger and its functions (frozen copies in migrations 0008, 0012, 0013 and 0014; a
-# test keeps the newest equal to this text). Created in the jobs table's schema; every table is schema-qualified
-# (@SCHEMA@), so a caller's search_path cannot redirect them. No SET search_path on
+# The trigger and its functions: this is their one text, which the migrations run.
+# Created in the jobs table's schema; every table is schema-qualified (@SCHEMA@), so a caller's search_path cannot redirect them. No SET search_path on
 # the functions: that would save and restore a setting at every UPDATE statement
 # of the jobs table. They run with the privileges of whoever updates the jobs.
 # ---------------------------------------------------------------------------
@@ -414,9 +413,8 @@ $do$
 """
 
 
-# Version 4 of the workflow functions and trigger (migration 0014 holds a frozen
-# copy, 0013 version 3's; tests/test_migrations_frozen.py keeps the newest frozen copy
-# equal to this).
+# The workflow functions and trigger, as one statement (the squashed migration runs it;
+# each part replaces what it creates, so running it again installs this text).
 WORKFLOW_FUNCTIONS = _in_jobs_schema(
     _FIRE_FUNCTION,
     _STEP_FUNCTION,
