@@ -68,9 +68,10 @@ FINISHED_ARRAY = f"ARRAY[{_FINISHED_ITEMS}]"
 
 # ---------------------------------------------------------------------------
 # The trigger and its functions: this is their one text, which the migrations run.
-# Created in the jobs table's schema; every table is schema-qualified (@SCHEMA@), so a caller's search_path cannot redirect them. No SET search_path on
-# the functions: that would save and restore a setting at every UPDATE statement
-# of the jobs table. They run with the privileges of whoever updates the jobs.
+# Created in the jobs table's schema; every table is schema-qualified (@SCHEMA@), so
+# a caller's search_path cannot redirect them. No SET search_path on the functions:
+# that would save and restore a setting at every UPDATE statement of the jobs table.
+# They run with the privileges of whoever updates the jobs.
 # ---------------------------------------------------------------------------
 
 _TRIGGER_FUNCTION = f"""
