@@ -150,16 +150,15 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.pgjobs_workflow_step(
 ) RETURNS void
 LANGUAGE plpgsql
 -- Plan each statement once per session: planning the release statement (two joins
--- of the jobs table and its nine indexes) took about 0.9 ms at every call, five
--- times its run (a custom plan per call for the array parameters); the generic
+-- of the jobs table and its nine indexes) cost several times its run at every call
+-- (a custom plan per call for the array parameters); the generic
 -- plans probe the same indexes (tests/test_workflow_scale.py).
 SET plan_cache_mode = force_generic_plan
 -- ... and never by a sequential scan: every statement here finds its rows by id
 -- (the parents' edges by their parent index, jobs and batches by primary key). A
 -- generic plan cannot see how long the arrays are, and on a young edges table
--- (10,000 rows, no statistics yet) it read all of it for "parent_id = ANY (done_ids)",
--- testing each row against the whole array: 24 ms for a 300-member completion, a
--- cost per member that grew with the table (performance.md, version 3).
+-- (no statistics yet) it read all of it for "parent_id = ANY (done_ids)", testing
+-- each row against the whole array: a cost per member that grew with the table.
 SET enable_seqscan = off
 AS $fn$
 DECLARE
