@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core import checks
 from django.db import DatabaseError
+from django.db.migrations.exceptions import NodeNotFoundError
 
 from django_pgjobs.conf import (
     PgJobsSettings,
@@ -146,8 +147,8 @@ def check_migration_series(
     for alias in databases or ():
         try:
             part = replaced_in_part(alias)
-        except DatabaseError:
-            continue  # no server or no django_migrations table: migrate says so itself
+        except (DatabaseError, NodeNotFoundError):
+            continue  # no server, or a broken migration graph: migrate says so itself
         if part:
             errors.append(
                 checks.Error(replaced_in_part_message(alias, part), id="django_pgjobs.E011")

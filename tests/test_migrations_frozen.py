@@ -74,6 +74,16 @@ def test_one_squashed_migration_replaces_the_series_0001_to_0015() -> None:
     ) in ran
 
 
+def test_later_migrations_depend_on_the_squash_by_its_name() -> None:
+    """Not on a replaced migration: its file is gone, so on a database part-way through
+    the series Django could not place the later one and would fail with
+    NodeNotFoundError before check E011 names the fix."""
+    replaced = set(importlib.import_module(f"django_pgjobs.migrations.{SQUASH}").Migration.replaces)
+    for path in _migration_files()[1:]:
+        later = importlib.import_module(f"django_pgjobs.migrations.{path.stem}").Migration
+        assert not set(later.dependencies) & replaced, (path.name, later.dependencies)
+
+
 def _drop_enqueue() -> str:
     return str(importlib.import_module(f"django_pgjobs.migrations.{SQUASH}").ENQUEUE_FUNCTION_DROP)
 

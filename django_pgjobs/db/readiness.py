@@ -89,7 +89,9 @@ def replaced_in_part(alias: str) -> list[str]:
     still has the replaced migrations (docs/howto/upgrade.md)."""
     from django.db.migrations.loader import MigrationLoader
 
-    loader = MigrationLoader(connections[alias], replace_migrations=False)
+    # With the replacements made, as migrate makes them: a later migration that depends
+    # on a replaced one is then read as depending on the squash.
+    loader = MigrationLoader(connections[alias])
     applied = loader.applied_migrations or {}
     part: list[str] = []
     for key, migration in loader.replacements.items():
