@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,9 @@ class JobContext:
     accepted only while the row still carries it. ``is_cancelled()`` turns true
     when the job is cancelled or its lease is lost (seen at the next heartbeat).
     ``parent_results``: for a workflow node, each parent node's name (default: its
-    job id as a string) -> its result (None for a parent that stored none).
+    job id as a string) -> its result (None for a parent that stored none); a
+    read-only mapping that reads each result when it is asked for (a plain dict in
+    an async job).
     """
 
     job_id: int
@@ -27,7 +30,7 @@ class JobContext:
     queue: str
     idempotency_key: str | None = None
     worker: str | None = None
-    parent_results: dict[str, Any] = field(default_factory=dict)
+    parent_results: Mapping[str, Any] = field(default_factory=dict)
     # A plain flag, not a threading.Event: one is made per claimed job, and Event()
     # (a Condition and two locks) is a large share of the claim loop's work per job.
     # Setting and reading a bool is atomic under the GIL.

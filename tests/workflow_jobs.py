@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +128,62 @@ def note_once(context: JobContext, table: str, tag: str) -> str:
 def sleep_value(seconds: float, value: int) -> int:
     time.sleep(seconds)
     return value
+
+
+@job
+def blob(size: int, seed: int, packed: bool = False) -> str:
+    """A result of ``size`` characters that starts with ``"<seed>:"``: random hex
+    (stored as it is), or one letter repeated (stored compressed) when ``packed``."""
+    head = f"{seed}:"
+    if packed:
+        return head + chr(97 + seed % 26) * (size - len(head))
+    return head + random.Random(seed).randbytes(size // 2 + 1).hex()[: size - len(head)]
+
+
+@job(takes_context=True)
+def walk_results(context: JobContext, results: Sequence[Any]) -> dict[str, Any]:
+    """Reads every result once through the chord's list and once through
+    ``parent_results``; returns each one's head (its seed) and the total size."""
+    heads = [value.split(":", 1)[0] for value in results]
+    size = sum(len(value) for value in context.parent_results.values())
+    return {"heads": heads, "size": size}
+
+
+def _head(value: Any) -> Any:
+    return f"{value[:12]}/{len(value)}" if isinstance(value, str) else value
+
+
+@job(takes_context=True)
+def probe_results(context: JobContext, results: Sequence[Any]) -> dict[str, Any]:
+    """What a callback sees through the list and the mapping it is given (each
+    string result by its head and length)."""
+    parents = context.parent_results
+    names = list(parents)
+    return {
+        "len": len(results),
+        "list": [_head(v) for v in results],
+        "again": [_head(v) for v in results],  # a second pass reads them again
+        "reversed": [_head(v) for v in reversed(results)],
+        "index": [_head(results[i]) for i in (0, -1, len(results) // 2)],
+        "slice": [_head(v) for v in results[1:4]],
+        "eq": results == list(results),
+        "in": results[2] in results,
+        "names": names,
+        "by_name": [_head(parents[n]) for n in names],
+        "items": {n: _head(v) for n, v in parents.items()},
+        "get": [_head(parents.get(names[0])), parents.get("nobody", "none")],
+        "has": [names[-1] in parents, "nobody" in parents],
+        "pickled": pickle.loads(pickle.dumps(results)) == list(results),  # noqa: S301 - our own bytes
+    }
+
+
+@job(takes_context=True)
+def collect(context: JobContext, results: Sequence[Any]) -> dict[str, Any]:
+    """Returns the list and the mapping it was given, nested: stored as JSON."""
+    return {"type": type(results).__name__, "values": results, "parents": context.parent_results}
+
+
+@job
+async def async_collect(results: list[Any]) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return {"type": type(results).__name__, "values": results}

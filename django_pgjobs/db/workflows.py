@@ -75,14 +75,24 @@ SELECT NULL, NULL, NULL, pg_notify('{NOTIFY_CHANNEL}', q)::text FROM unnest(%(no
 # Running a node: its parents' results
 # ---------------------------------------------------------------------------
 
-# A node's parents in position order with their results (NULL: none stored, or
-# pruned). Read when the node runs, so no statement of the completion grows with
-# the number of siblings. Reads only.
-PARENT_RESULTS = f"""
-SELECT e.parent_id, e.parent_node, e.receives, r.value
+# A node's parents in position order, without their values: each one's size where
+# it is stored and whether it is compressed (pg_column_size and pg_column_compression
+# read the tuple or TOAST pointer, they do not fetch or decompress the value), so
+# the worker can read the values in pages of bounded size (PARENT_RESULT_PAGE).
+# Read when the node runs, so no statement of the completion grows with the number
+# of siblings. Reads only.
+PARENT_EDGES = f"""
+SELECT e.parent_id, e.parent_node, e.receives, pg_column_size(r.value),
+       pg_column_compression(r.value) IS NOT NULL
   FROM {DEPENDENCY} e LEFT JOIN {RESULT} r ON r.job_id = e.parent_id
  WHERE e.child_id = %(id)s
  ORDER BY e.position
+"""
+
+# One page of a node's parents' results, by the parents' ids (through the results'
+# primary key); the worker puts them in position order. Reads only.
+PARENT_RESULT_PAGE = f"""
+SELECT job_id, value FROM {RESULT} WHERE job_id = ANY(%(ids)s::bigint[])
 """
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -150,7 +151,7 @@ def retry_or_dead(
 
 
 #: (definition, args, kwargs, the parents' results of a workflow node or None)
-Prepared = tuple[JobDefinition, list[Any], dict[str, Any], dict[str, Any] | None]
+Prepared = tuple[JobDefinition, list[Any], dict[str, Any], Mapping[str, Any] | None]
 
 
 def _prepare(
@@ -194,7 +195,11 @@ def _prepare(
     parents = None
     if claimed.has_parents:  # a workflow node: its parents' results, read now
         try:
-            args, parents = results.with_parent_results(connections[alias], claimed.id, args)
+            # an async handler runs on an event loop, where no query may wait: it gets
+            # its parents' results read here, not as it uses them
+            args, parents = results.with_parent_results(
+                alias, claimed.id, args, lazy=not definition.is_async
+            )
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
             return _failure(definition, claimed, exc, worker, started_at=started_at)
     return definition, args, kwargs, parents
@@ -211,6 +216,11 @@ def _finish(
     thread, so a value that cannot be stored fails this job alone."""
     if value is None:  # most jobs: nothing to check or store
         return Outcome("completed")
+    if claimed.has_parents:  # it may return the results it was given, read as used
+        try:
+            value = results.plain(value)
+        except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
+            return _failure(definition, claimed, exc, worker, started_at=started_at)
     try:
         _check_return(value, claimed.task)
         encoded = encode_result(value)
@@ -418,6 +428,8 @@ def _execute_atomic(
             with transaction.atomic(using=alias):
                 with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
                     value = _call(definition, context, args, claimed.kwargs)
+                if claimed.has_parents:  # what it was given may be in what it returns
+                    value = results.plain(value)
                 _check_return(value, claimed.task)
                 if not outcomes.complete(connection, claimed, value):
                     raise _Fenced

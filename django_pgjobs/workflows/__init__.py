@@ -17,6 +17,8 @@ __all__ = [
     "Batch",
     "Graph",
     "Node",
+    "ParentResults",
+    "ResultList",
     "Signature",
     "Workflow",
     "WorkflowConflict",
@@ -32,6 +34,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.workflows.batches import Batch, batch
     from django_pgjobs.workflows.canvas import Node, Workflow, chain, chord, group
+    from django_pgjobs.workflows.result_pages import ParentResults, ResultList
     from django_pgjobs.workflows.runs import Graph, WorkflowRun, cancel_workflow, workflow_graph
     from django_pgjobs.workflows.signature import Signature
     from django_pgjobs.workflows.writer import WorkflowConflict
@@ -44,6 +47,8 @@ _HOMES = {
     "chain": "canvas",
     "chord": "canvas",
     "group": "canvas",
+    "ParentResults": "result_pages",
+    "ResultList": "result_pages",
     "Graph": "runs",
     "WorkflowRun": "runs",
     "cancel_workflow": "runs",

@@ -252,7 +252,14 @@ ROWS: tuple[Row, ...] = (
         skip=1,
         setup="workflow",
     ),
-    Row("worker: a node's parents' results", "db.PARENT_RESULTS", "worker", setup="workflow"),
+    Row("worker: a node's parents and their sizes", "db.PARENT_EDGES", "worker", setup="workflow"),
+    # the callback reads its parents' results as it uses them (ATOMIC reads them all)
+    Row(
+        "worker: a page of a node's parents' results",
+        "db.PARENT_RESULT_PAGE",
+        "worker",
+        setup="workflow",
+    ),
     Row("repair pass: lock blocked jobs", "db.WF_REPAIR_LOCK", "worker", setup="workflow"),
     Row("repair pass: recount their parents", "db.WF_REPAIR", "worker", setup="workflow"),
     Row("repair pass: closed batches", "db.BATCH_REPAIR", "worker"),

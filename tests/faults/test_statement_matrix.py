@@ -343,7 +343,8 @@ def test_matrix_covers_every_statement(
         "db.JOB_INSERT_FLOW_DELAYED",
         "db.JOB_DEAD_UNKNOWN",
         # workflows: a chord in the worker cells' own workload (setup="workflow")
-        "db.PARENT_RESULTS",
+        "db.PARENT_EDGES",
+        "db.PARENT_RESULT_PAGE",
         "db.WF_REPAIR",
     }
     unissued = sorted(

@@ -283,7 +283,9 @@ def fault_step(
 def fault_atomic(
     context: JobContext, dir: str = "", stop_at: str = "", wait_go: bool = False
 ) -> int:
-    """Atomic: its effect row commits with the completion, or not at all."""
+    """Atomic: its effect row commits with the completion, or not at all. A
+    workflow callback reads its parents' results first, in its transaction."""
+    list(context.parent_results.values())
     _fault_effect(context, "end")
     if wait_go:
         _fault_wait_go(dir, context)

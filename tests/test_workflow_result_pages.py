@@ -1,0 +1,107 @@
+"""A node's parents' results read as the handler uses them, a bounded page at a
+time (``workflows/result_pages.py``): a chord callback that walks every result holds
+about one at a time, and the list and mapping it is given behave as before."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from django_pgjobs import chord
+from django_pgjobs.testing import run_jobs
+from django_pgjobs.workflows.result_pages import PAGE_BYTES, PAGE_ROWS, Parent, _page_starts
+from tests import workflow_jobs as w
+
+pytestmark = pytest.mark.django_db
+
+MEMBERS = 200
+SIZE = 512 * 1024
+
+
+def test_a_chord_callback_walking_its_results_holds_a_few_at_a_time() -> None:
+    """200 results of 512 kB (100 MB): the callback reads each through the list and
+    through ``parent_results``; Python's peak allocation while it runs stays within a
+    few results (it held all of them, twice over, when they were read at once)."""
+    members = [w.blob.s(SIZE, i) for i in range(MEMBERS)]
+    run = chord(members, w.walk_results.using(queue="wf-memory").s()).enqueue()
+    assert len(run_jobs(queues=["default"])) == MEMBERS
+    tracemalloc.start()
+    try:
+        ran = run_jobs(queues=["wf-memory"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [(r.status, r.id) for r in ran] == [("completed", run.jobs[-1].id)]
+    assert ran[0].value == {"heads": [str(i) for i in range(MEMBERS)], "size": MEMBERS * SIZE}
+    assert peak < 6 * SIZE, f"peak {peak / 2**20:.1f} MiB while reading {MEMBERS} results"
+
+
+def test_the_list_and_the_mapping_behave_as_a_list_and_a_dict() -> None:
+    """Results over several pages (random ones read in pairs, compressed ones alone),
+    a parent with no result and a small one: every way of reading them gives the
+    values in the group's order, and a callback may return them nested."""
+    members = [w.blob.s(100_000, i, packed=i % 3 == 0) for i in range(8)]
+    members += [w.constant.s(None), w.constant.s({"k": [1, 2]})]
+    run = chord(members, w.probe_results.s()).enqueue()
+    ran = run_jobs()
+    assert [r.status for r in ran] == ["completed"] * 11, [r.error for r in ran]
+    by_id = {r.id: w._head(r.value) for r in ran}
+    expected = [by_id[j.id] for j in run.jobs[:-1]]
+    names = [str(j.id) for j in run.jobs[:-1]]
+    assert expected[0].startswith("0:") and expected[8] is None
+    seen = ran[-1].value
+    assert seen["len"] == 10
+    assert seen["list"] == expected and seen["again"] == expected
+    assert seen["reversed"] == expected[::-1]
+    assert seen["index"] == [expected[0], expected[-1], expected[5]]
+    assert seen["slice"] == expected[1:4]
+    assert seen["eq"] is True and seen["in"] is True and seen["pickled"] is True
+    assert seen["names"] == names
+    assert seen["by_name"] == expected
+    assert seen["items"] == dict(zip(names, expected, strict=True))
+    assert seen["get"] == [expected[0], "none"]
+    assert seen["has"] == [True, False]
+
+
+def test_a_callback_may_return_what_it_was_given() -> None:
+    from django_pgjobs.workflows import ParentResults, ResultList
+
+    assert issubclass(ResultList, Sequence) and issubclass(ParentResults, Mapping)
+    run = chord([w.double.s(1), w.double.s(2)], w.collect.s()).enqueue()
+    ids = [str(j.id) for j in run.jobs[:2]]
+    assert run_jobs()[-1].value == {
+        "type": "ResultList",
+        "values": [2, 4],
+        "parents": {ids[0]: 2, ids[1]: 4},
+    }
+
+
+def test_an_async_callback_gets_a_plain_list() -> None:
+    """An async handler runs on an event loop, where no query may wait: its results
+    are read before it starts, as a list."""
+    chord([w.double.s(1), w.double.s(2)], w.async_collect.s()).enqueue()
+    assert run_jobs()[-1].value == {"type": "list", "values": [2, 4]}
+
+
+def parents(*sizes: int | None, packed: frozenset[int] = frozenset()) -> list[Parent]:
+    return [Parent(i, str(i), size, i in packed) for i, size in enumerate(sizes)]
+
+
+def test_pages_are_bounded_by_stored_bytes_and_rows() -> None:
+    half = PAGE_BYTES // 2
+    assert _page_starts([]) == []
+    assert _page_starts(parents(half, half, half, None, 10)) == [0, 2]
+    assert _page_starts(parents(3 * PAGE_BYTES, 1, 1)) == [0, 1]  # a large one alone
+    assert _page_starts(parents(1, 5, 1, 1, packed=frozenset({1}))) == [0, 1, 2]
+    assert _page_starts(parents(*[None] * (PAGE_ROWS + 1))) == [0, PAGE_ROWS]
+
+
+def test_a_chord_of_small_results_keeps_its_order(django_assert_max_num_queries: Any) -> None:
+    """Small results are read many to a statement, not one by one."""
+    chord([w.double.s(i) for i in range(40)], w.add_up.using(queue="wf-sum").s()).enqueue()
+    run_jobs(queues=["default"])
+    with django_assert_max_num_queries(12):
+        assert run_jobs(queues=["wf-sum"])[-1].value == 2 * sum(range(40))
