@@ -7,7 +7,7 @@ stored uncompressed) and a ``walk_results`` callback (it reads every result thro
 the chord's list, then again through ``context.parent_results``) on a queue of its
 own. A plain ``runjobs`` process serves that queue alone and starts first, so its
 peak RSS (``VmHWM``) before the callback is its baseline; another ``runjobs`` runs
-the members. Prints the callback worker's peak RSS before and after the callback,
+the members (each result just under ``MAX_RESULT_BYTES`` at most). Prints the callback worker's peak RSS before and after the callback,
 then deletes the rows it wrote (about MEMBERS x SIZE_BYTES) and vacuums the results.
 Run it on a database of its own (``DATABASE_URL``, the test settings).
 """
@@ -33,6 +33,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from django_pgjobs import chord  # noqa: E402
+from django_pgjobs.conf import get_settings  # noqa: E402
 from tests import workflow_jobs as w  # noqa: E402
 
 QUEUE = "bench-chord-memory"
@@ -83,6 +84,7 @@ def cleanup(run_id: int, ids: list[int]) -> None:
 
 def main(members: int, size: int) -> None:
     call_command("migrate", verbosity=0)
+    size = min(size, get_settings().MAX_RESULT_BYTES - 2)  # stored as a JSON string: quoted
     callback_worker = runjobs("--queues", QUEUE)
     run = chord(
         [w.blob.s(size, i) for i in range(members)], w.walk_results.using(queue=QUEUE).s()
@@ -95,11 +97,14 @@ def main(members: int, size: int) -> None:
         member_worker = runjobs("--queues", "default")
         try:
             wait(lambda: status(ids[-1]) != "blocked", "the members to finish")
+            failed = [i for i in ids[:-1] if status(i) != "completed"]
+            if failed:
+                raise RuntimeError(f"{len(failed)} members did not complete, e.g. {failed[0]}")
         finally:
             stop(member_worker)
         members_took = time.monotonic() - started
         started = time.monotonic()
-        wait(lambda: status(ids[-1]) in ("completed", "dead"), "the callback")
+        wait(lambda: status(ids[-1]) in ("completed", "dead", "cancelled"), "the callback")
         took = time.monotonic() - started
         peak = vm_hwm_mb(callback_worker.pid)
         print(
