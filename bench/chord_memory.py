@@ -7,7 +7,7 @@ stored uncompressed) and a ``walk_results`` callback (it reads every result thro
 the chord's list, then again through ``context.parent_results``) on a queue of its
 own. A plain ``runjobs`` process serves that queue alone and starts first, so its
 peak RSS (``VmHWM``) before the callback is its baseline; another ``runjobs`` runs
-the members (each result just under ``MAX_RESULT_BYTES`` at most). Prints the callback worker's peak RSS before and after the callback,
+the members, four at a time (each result just under ``MAX_RESULT_BYTES`` at most). Prints the callback worker's peak RSS before and after the callback,
 then deletes the rows it wrote (about MEMBERS x SIZE_BYTES) and vacuums the results.
 Run it on a database of its own (``DATABASE_URL``, the test settings).
 """
@@ -94,7 +94,9 @@ def main(members: int, size: int) -> None:
         time.sleep(5)  # the callback's worker has started and is idle
         baseline = vm_hwm_mb(callback_worker.pid)
         started = time.monotonic()
-        member_worker = runjobs("--queues", "default")
+        # the members are the fixture, not the measure: a few at a time, so their
+        # results do not pile up in that worker while it writes them
+        member_worker = runjobs("--queues", "default", "--concurrency", "4", "--batch", "4")
         try:
             wait(lambda: status(ids[-1]) != "blocked", "the members to finish")
             failed = [i for i in ids[:-1] if status(i) != "completed"]

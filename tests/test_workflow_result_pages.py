@@ -105,3 +105,11 @@ def test_a_chord_of_small_results_keeps_its_order(django_assert_max_num_queries:
     run_jobs(queues=["default"])
     with django_assert_max_num_queries(12):
         assert run_jobs(queues=["wf-sum"])[-1].value == 2 * sum(range(40))
+
+
+def test_a_result_deleted_while_the_callback_runs_fails_it_naming_the_parent() -> None:
+    run = chord([w.double.s(1), w.double.s(2)], w.read_after_delete.s()).enqueue()
+    ran = run_jobs()[-1]
+    assert ran.status == "dead"
+    assert ran.error is not None
+    assert f"parent job {run.jobs[0].id} is gone" in ran.error["message"], ran.error

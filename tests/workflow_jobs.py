@@ -187,3 +187,13 @@ def collect(context: JobContext, results: Sequence[Any]) -> dict[str, Any]:
 async def async_collect(results: list[Any]) -> dict[str, Any]:
     await asyncio.sleep(0)
     return {"type": type(results).__name__, "values": results}
+
+
+@job(takes_context=True, max_attempts=1)
+def read_after_delete(context: JobContext, results: Sequence[Any]) -> list[Any]:
+    """Deletes its first parent's stored result (as a hand in psql could) after it
+    started, then reads its results."""
+    first = int(next(iter(context.parent_results)))
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM django_pgjobs_jobresult WHERE job_id = %s", [first])
+    return list(results)

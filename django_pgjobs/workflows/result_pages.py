@@ -15,6 +15,7 @@ between pages, so the job's transactions are its own.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, overload
@@ -144,7 +145,7 @@ class ResultList(Sequence[Any]):
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             return [self._pages.at(i) for i in range(*index.indices(len(self)))]
-        position = index.__index__()
+        position = operator.index(index)
         if position < 0:
             position += len(self)
         if not 0 <= position < len(self):

@@ -63,15 +63,23 @@ def with_parent_results(
 def plain(value: Any) -> Any:
     """``value`` with every ``ResultList`` / ``ParentResults`` in it made a list /
     dict, so a node may return (or nest in its result) what it was given and store it
-    as JSON. Copies only the lists and dicts that hold one."""
+    as JSON. Copies only the lists and dicts that hold one. A value nested too deeply
+    to walk is given back as it is, for the return value's own check to refuse."""
+    try:
+        return _plain(value)
+    except RecursionError:
+        return value
+
+
+def _plain(value: Any) -> Any:
     if isinstance(value, ResultList):
-        return [plain(item) for item in value]
+        return [_plain(item) for item in value]
     if isinstance(value, ParentResults):
-        return {name: plain(item) for name, item in value.items()}
+        return {name: _plain(item) for name, item in value.items()}
     if isinstance(value, list):
-        items = [plain(item) for item in value]
+        items = [_plain(item) for item in value]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if isinstance(value, dict):
-        pairs = {key: plain(item) for key, item in value.items()}
+        pairs = {key: _plain(item) for key, item in value.items()}
         return pairs if any(pairs[k] is not v for k, v in value.items()) else value
     return value
