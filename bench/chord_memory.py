@@ -3,13 +3,14 @@
     DATABASE_URL=... python bench/chord_memory.py MEMBERS SIZE_BYTES
 
 Enqueues a chord of MEMBERS ``blob`` members (each returns SIZE_BYTES of random hex,
-stored uncompressed) and a ``walk_results`` callback (it reads every result through
-the chord's list, then again through ``context.parent_results``) on a queue of its
-own. A plain ``runjobs`` process serves that queue alone and starts first, so its
-peak RSS (``VmHWM``) before the callback is its baseline; another ``runjobs`` runs
-the members, four at a time (each result just under ``MAX_RESULT_BYTES`` at most). Prints the callback worker's peak RSS before and after the callback,
-then deletes the rows it wrote (about MEMBERS x SIZE_BYTES) and vacuums the results.
-Run it on a database of its own (``DATABASE_URL``, the test settings).
+stored uncompressed; at most ``MAX_RESULT_BYTES`` as JSON) and a ``walk_results``
+callback (it reads every result through the chord's list, then again through
+``context.parent_results``) on a queue of its own. A plain ``runjobs`` process
+serves that queue alone and starts first, so its peak RSS (``VmHWM``) before the
+callback is its baseline; another ``runjobs`` runs the members, four at a time.
+Prints the callback worker's peak RSS before and after the callback, then deletes
+the rows it wrote (about MEMBERS x SIZE_BYTES) and vacuums the results. Run it on a
+database of its own (``DATABASE_URL``, the test settings).
 """
 
 from __future__ import annotations

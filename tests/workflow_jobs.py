@@ -144,7 +144,7 @@ def blob(size: int, seed: int, packed: bool = False) -> str:
 def walk_results(context: JobContext, results: Sequence[Any]) -> dict[str, Any]:
     """Reads every result once through the chord's list and once through
     ``parent_results``; returns each one's head (its seed) and the total size."""
-    heads = [value.split(":", 1)[0] for value in results]
+    heads = [value[: value.index(":")] for value in results]  # no copy of the rest
     size = sum(len(value) for value in context.parent_results.values())
     return {"heads": heads, "size": size}
 

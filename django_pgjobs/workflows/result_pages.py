@@ -1,12 +1,12 @@
 """A node's parents' results read in bounded pages, while the node runs.
 
 A chord of 10,000 members with results of 1 MiB holds 10 GB of results: read at
-once (the rows, their text, the decoded values), one callback took the worker
-down. ``ResultList`` (the chord's list) and ``ParentResults``
+once (the rows, their text, the decoded values), they would need several times that
+in one worker. ``ResultList`` (the chord's list) and ``ParentResults``
 (``context.parent_results``) hold only the parents' ids and names; values are read
 when asked for, a page at a time, and only the last page read is kept. A page is
 at most ``PAGE_BYTES`` of stored values (or one value, whatever its size), so a
-callback that walks every result holds about one result at a time.
+callback that walks every result needs the memory of a few results, not of all.
 
 The page is read on the connection of the thread that asks (the job's own, in a
 worker thread), each page its own statement: no cursor or transaction stays open
