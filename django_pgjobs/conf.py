@@ -145,6 +145,14 @@ class PgJobsSettings:
         "How long finished jobs are kept before the pruner deletes them; `None` keeps "
         "them for ever. Keys you leave out keep their default.",
     )
+    BATCH_ABANDONED_AFTER = Setting(
+        3600.0,
+        parsers.duration,
+        "A `with batch(...)` block that never closed its batch (its process died inside "
+        "it) is taken as abandoned once no member has joined for this long: the workflow "
+        "repair pass then closes the batch, counting the members that joined. Keep it "
+        "above the longest pause between two enqueues inside a block.",
+    )
     CRON = Setting(
         {},
         parsers.mapping("name -> schedule", "`dict` name → schedule"),

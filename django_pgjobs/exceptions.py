@@ -37,3 +37,23 @@ class TransactionLeftOpen(PgJobsError):
     """A job returned with a transaction still open on its connection (a raw
     ``BEGIN`` without ``COMMIT``): what it wrote since was never committed, so the
     attempt fails and the transaction is rolled back."""
+
+
+class ParentResultMissing(PgJobsError):
+    """Recorded on a workflow node whose parent's row, and with it the parent's
+    result, is gone when the node runs (deleted by hand: the pruner keeps a parent
+    while a child has not finished). A missing result is never passed on as ``None``;
+    the node is dead-lettered at once, as running it again cannot bring it back."""
+
+    #: never retried (``worker.executor.NO_RETRY``)
+    _pgjobs_no_retry = True
+
+    def __init__(self, child_id: int, parent_id: int, parent_node: str | None):
+        self.child_id = child_id
+        self.parent_id = parent_id
+        self.parent_node = parent_node
+        named = f" ({parent_node!r})" if parent_node is not None else ""
+        super().__init__(
+            f"job {child_id} cannot run: the result of its parent job {parent_id}{named} "
+            "is gone (the parent's row was deleted before this job ran)"
+        )

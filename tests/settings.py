@@ -132,6 +132,8 @@ if os.environ.get("PGJOBS_TEST_MODEL"):
 
 TEMP_DIR = tempfile.gettempdir()
 
+if os.environ.get("PGJOBS_TEST_BATCH_ABANDONED_AFTER"):  # tests/faults/matrix_cells.py
+    PGJOBS["BATCH_ABANDONED_AFTER"] = float(os.environ["PGJOBS_TEST_BATCH_ABANDONED_AFTER"])
 if os.environ.get("PGJOBS_TEST_HEALTH_STUCK_AFTER"):  # tests/test_liveness.py
     PGJOBS["HEALTH_STUCK_AFTER"] = float(os.environ["PGJOBS_TEST_HEALTH_STUCK_AFTER"])
 if os.environ.get("PGJOBS_TEST_METRICS_ADDRESS"):  # tests/test_metrics_bounded.py

@@ -74,11 +74,12 @@ def test_success_without_failures_and_si_callbacks() -> None:
 
 def test_callbacks_wait_for_the_block_to_close() -> None:
     """Members that finish while the block is still open do not fire the batch; the
-    close does, at once, when they have all finished."""
+    close does, at once, when they have all finished. The callbacks are written,
+    blocked, when the block opens."""
     with batch(on_complete=w.summarise.s()) as b:
         w.double.enqueue(1)
         assert ran(run_jobs()) == [("double", "completed", 2)]
-        assert not Job.objects.filter(node="on_complete").exists()
+        assert callbacks() == {"on_complete": "blocked"}
         w.double.enqueue(2)
     assert callbacks() == {"on_complete": "blocked"}  # one member has not finished
     assert ran(run_jobs())[-1] == (

@@ -53,10 +53,15 @@ def test_repair_releases_what_a_trigger_never_saw(caplog: Any) -> None:
     without_triggers(lambda: job_complete_many(connection, [(claimed.id, claimed.lease, 2)]))
     assert Job.objects.get(id=run.jobs[1].id).status == "blocked"
     result = WorkflowRepair(min_age=0).run_once()
-    assert result == {"looked_at": 1, "repaired": 1, "batches": 0}
+    assert result == {"looked_at": 1, "repaired": 1, "batches": 0, "abandoned": 0}
     assert Job.objects.get(id=run.jobs[1].id).status == "pending"
     assert "disagreed with its parents" in caplog.text
-    assert WorkflowRepair(min_age=0).run_once() == {"looked_at": 0, "repaired": 0, "batches": 0}
+    assert WorkflowRepair(min_age=0).run_once() == {
+        "looked_at": 0,
+        "repaired": 0,
+        "batches": 0,
+        "abandoned": 0,
+    }
 
 
 def test_repair_leaves_jobs_blocked_for_less_than_a_minute_to_later_passes() -> None:
@@ -67,10 +72,10 @@ def test_repair_leaves_jobs_blocked_for_less_than_a_minute_to_later_passes() -> 
     without_triggers(lambda: job_complete_many(connection, [(claimed.id, claimed.lease, 2)]))
     repair = WorkflowRepair()
     assert repair.min_age == 60.0
-    assert repair.run_once() == {"looked_at": 0, "repaired": 0, "batches": 0}
+    assert repair.run_once() == {"looked_at": 0, "repaired": 0, "batches": 0, "abandoned": 0}
     assert Job.objects.get(id=run.jobs[1].id).status == "blocked"
     Job.objects.filter(id=run.jobs[1].id).update(created_at=Now() - timedelta(seconds=61))
-    assert repair.run_once() == {"looked_at": 1, "repaired": 1, "batches": 0}
+    assert repair.run_once() == {"looked_at": 1, "repaired": 1, "batches": 0, "abandoned": 0}
     assert Job.objects.get(id=run.jobs[1].id).status == "pending"
 
 

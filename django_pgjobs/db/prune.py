@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from django_pgjobs.db.tables import DEPENDENCY, JOB, RESULT
-from django_pgjobs.states import JobStatus
+from django_pgjobs.db.tables import DEPENDENCY, JOB, RESULT, WORKFLOW
+from django_pgjobs.states import FINISHED
 
-# A workflow parent stays (with its result) while one of its children is still
-# blocked: the child reads its parents' results when it runs. Plain jobs skip the
-# probe (workflow_id IS NULL).
-_NOT_AWAITED = f"""(workflow_id IS NULL OR NOT EXISTS (
+_FINISHED = "(" + ", ".join(f"'{status}'" for status in FINISHED) + ")"
+
+# A workflow job is kept while something still needs it: a parent (with its result)
+# while one of its children has not finished (blocked, or released and not yet run:
+# the child reads its parents' results when it runs), and a batch member while its
+# batch has not fired (open, or closed with members still running: the batch's page
+# and its repair pass read its members). Plain jobs skip both probes (workflow_id IS
+# NULL); a workflow job's are index probes (the edges' parent index and each child's
+# primary key; the run's primary key). OFFSET 0 keeps each a probe of the row at
+# hand: without it PostgreSQL may hash the subquery once per statement, and for "a
+# child not finished" that reads every job of the table (a sequential scan).
+_NOT_NEEDED = f"""(workflow_id IS NULL OR (NOT EXISTS (
            SELECT 1 FROM {DEPENDENCY} e
-             JOIN {JOB} c ON c.id = e.child_id AND c.status = '{JobStatus.BLOCKED}'
-            WHERE e.parent_id = {JOB}.id))"""
+             JOIN {JOB} c ON c.id = e.child_id AND c.status NOT IN {_FINISHED}
+            WHERE e.parent_id = {JOB}.id OFFSET 0)
+       AND NOT EXISTS (
+           SELECT 1 FROM {WORKFLOW} w
+            WHERE w.id = {JOB}.workflow_id AND w.kind = 'batch' AND w.fired_at IS NULL
+           OFFSET 0)))"""
 
 # Delete one batch of finished jobs of one status older than the retention (a
-# workflow parent whose child still waits is kept until the child runs; a pruned
+# workflow job still needed is kept, see above; a pruned
 # workflow job's edges to its parents go with it, found by the edges' primary key).
 # No "--" comment inside: pg_cron runs this text flattened to one line.
 # Walks the partial finished_at index oldest first; FOR UPDATE SKIP LOCKED lets
@@ -30,7 +42,7 @@ WITH doomed AS (
      WHERE finished_at IS NOT NULL
        AND finished_at < now() - make_interval(secs => %(older_than)s)
        AND status = %(status)s
-       AND {_NOT_AWAITED}
+       AND {_NOT_NEEDED}
      ORDER BY finished_at
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED
@@ -53,5 +65,5 @@ SELECT count(*) FROM {JOB}
  WHERE finished_at IS NOT NULL
    AND finished_at < now() - make_interval(secs => %(older_than)s)
    AND status = %(status)s
-   AND {_NOT_AWAITED}
+   AND {_NOT_NEEDED}
 """

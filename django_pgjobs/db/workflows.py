@@ -95,20 +95,44 @@ PARENT_RESULT_PAGE = f"""
 SELECT job_id, value FROM {RESULT} WHERE job_id = ANY(%(ids)s::bigint[])
 """
 
+# The first of a node's parents whose row is gone (deleted by hand; the pruner keeps
+# a parent until its children have finished): its result went with it, and a missing
+# result must not pass for None. One primary-key probe per edge. Reads only.
+PARENT_MISSING = f"""
+SELECT e.parent_id, e.parent_node FROM {DEPENDENCY} e
+ WHERE e.child_id = %(id)s
+   AND NOT EXISTS (SELECT 1 FROM {JOB} p WHERE p.id = e.parent_id)
+ ORDER BY e.position
+ LIMIT 1
+"""
+
 # ---------------------------------------------------------------------------
 # Batches
 # ---------------------------------------------------------------------------
 
-# Close a batch: lock its row, count its members, store its callbacks. The count
-# reads the members committed so far and the caller's own (the block's enqueues);
-# the counters are those of the locked row (a member finishing meanwhile either
-# committed first or waits for this lock and then sees the batch closed), so
-# exactly one of the two finds it complete. ``due``: fire it now (BATCH_FIRE).
+# Open a batch: store its callbacks (written, blocked, in the same transaction as
+# its row), so a batch whose block never closed it can be closed by the repair pass.
+BATCH_OPEN = f"""
+UPDATE {WORKFLOW} SET callbacks = %(callbacks)s::jsonb
+ WHERE id = %(id)s AND kind = 'batch' AND closed_at IS NULL
+RETURNING id
+"""
+
+# Close a batch whose row BATCH_STATE locked (this statement's snapshot is taken
+# after that lock). The members are what joined: those not finished yet, read from
+# their rows, plus the outcomes counted on the batch row as members finished (a
+# finished member's row may be gone, its count is not). A member finishing meanwhile
+# has either committed before the lock (its row finished, its outcome counted) or
+# waits for it (its row still unfinished to this snapshot, its outcome counted after
+# us), so each member is counted once and exactly one of the two finds the batch
+# complete. ``due``: fire it now (BATCH_FIRE).
 BATCH_CLOSE = f"""
 UPDATE {WORKFLOW}
    SET closed_at = now(),
-       members = (SELECT count(*) FROM {JOB} j WHERE j.workflow_id = %(id)s AND j.waiting IS NULL),
-       callbacks = %(callbacks)s::jsonb
+       members = completed + dead + cancelled
+                 + (SELECT count(*) FROM {JOB} j
+                     WHERE j.workflow_id = %(id)s AND j.waiting IS NULL
+                       AND j.status NOT IN {FINISHED_SQL})
  WHERE id = %(id)s AND kind = 'batch' AND closed_at IS NULL
 RETURNING members, fired_at IS NULL AND completed + dead + cancelled >= members
 """
@@ -118,8 +142,12 @@ BATCH_FIRE = "SELECT pgjobs_batch_fire(ARRAY[%(id)s]::bigint[])"
 declare("BATCH_FIRE", (BLOCKED, PENDING), (BLOCKED, CANCELLED))
 
 # Whether a batch is closed, and its member count: a close retried after an error
-# whose COMMIT may have landed finds its own earlier work here. Reads only.
-BATCH_STATE = f"SELECT closed_at IS NOT NULL, members FROM {WORKFLOW} WHERE id = %(id)s"
+# whose COMMIT may have landed finds its own earlier work here. Locks the batch row
+# (members finishing now wait for the close, or committed before it) so BATCH_CLOSE,
+# the next statement, counts with a snapshot taken after the lock.
+BATCH_STATE = f"""
+SELECT closed_at IS NOT NULL, members FROM {WORKFLOW} WHERE id = %(id)s FOR NO KEY UPDATE
+"""
 
 # ---------------------------------------------------------------------------
 # Cancel, the graph
@@ -294,6 +322,23 @@ UNION ALL
 SELECT NULL, NULL, NULL, pg_notify('{NOTIFY_CHANNEL}', queue)::text FROM woken
 """
 declare("WF_REPAIR", (BLOCKED, PENDING), (BLOCKED, CANCELLED))
+
+# Open batches whose block ended without closing them (the enqueuing process died):
+# opened, and last joined by a member, %(grace)s seconds ago or more. The newest
+# member is the run's highest id (ids grow; the workflow index is (workflow_id, id)),
+# one index probe per batch. Locked (SKIP LOCKED: a close or a member's completion
+# holding the row is left to the next pass); each is then closed by BATCH_CLOSE.
+BATCH_ABANDONED = f"""
+SELECT w.id FROM {WORKFLOW} w
+ WHERE w.kind = 'batch' AND w.fired_at IS NULL AND w.closed_at IS NULL
+   AND greatest(w.created_at,
+                (SELECT j.created_at FROM {JOB} j WHERE j.workflow_id = w.id
+                  ORDER BY j.id DESC LIMIT 1))
+       <= statement_timestamp() - make_interval(secs => %(grace)s)
+ ORDER BY w.id
+ LIMIT %(batch)s
+   FOR NO KEY UPDATE SKIP LOCKED
+"""
 
 # Closed batches not fired although none of their members is unfinished (their
 # counts were bypassed): recount from the member rows still there, and fire.

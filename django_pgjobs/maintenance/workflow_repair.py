@@ -1,11 +1,15 @@
 """The workflow repair pass: finds blocked jobs whose counters disagree with their
-parents, and closed batches that never fired, and puts them right.
+parents, closed batches that never fired, and open batches whose block never
+closed them, and puts them right.
 
 By construction it finds nothing: a parent's move releases or cancels its children
 in the same transaction (the trigger of ``db/workflow_trigger.py``), and a crash rolls back
 both. What it is for: rows written with triggers disabled
 (``session_replication_role = replica``, a restore, logical replication), a parent
-deleted by hand, a psql edit. It looks at jobs blocked for a minute or more
+deleted by hand, a psql edit; and a batch whose enqueuing process died inside its
+``with batch()`` block (autocommit: the batch and its members committed, the close
+never ran), closed here once no member has joined for
+``PGJOBS["BATCH_ABANDONED_AFTER"]``, counting what joined. It looks at jobs blocked for a minute or more
 (``REPAIR_MIN_AGE``): a younger workflow is draining, and its recount would make the
 completions wait. Each pass looks at one batch of blocked jobs, in id
 order, resuming where the last pass stopped, so a pass stays short however many
@@ -21,6 +25,7 @@ from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.workflows.batches import close_batch
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -37,9 +42,18 @@ class WorkflowRepair:
     name = "workflow repair"
 
     def __init__(
-        self, *, alias: str | None = None, batch: int = 200, min_age: float = REPAIR_MIN_AGE
+        self,
+        *,
+        alias: str | None = None,
+        batch: int = 200,
+        min_age: float = REPAIR_MIN_AGE,
+        abandoned_after: float | None = None,
     ):
-        self.alias = alias or get_settings().DATABASE
+        conf = get_settings()
+        self.alias = alias or conf.DATABASE
+        self.abandoned_after = (
+            conf.BATCH_ABANDONED_AFTER if abandoned_after is None else abandoned_after
+        )
         self.interval = REPAIR_INTERVAL
         self.batch = batch
         self.min_age = min_age
@@ -65,6 +79,15 @@ class WorkflowRepair:
             batches = [r[0] for r in cursor.fetchall()]
             for run_id in batches:
                 cursor.execute(workflow_db.BATCH_FIRE, {"id": run_id})
+        with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+            # the locks first, each close in the next statements (see BATCH_CLOSE)
+            cursor.execute(
+                workflow_db.BATCH_ABANDONED, {"grace": self.abandoned_after, "batch": 20}
+            )
+            abandoned = [r[0] for r in cursor.fetchall()]
+            closed = [
+                (run_id, close_batch(cursor, run_id, f"batch #{run_id}")) for run_id in abandoned
+            ]
         for job_id, status in fixed:
             logger.warning(
                 "workflow repair: blocked job %s disagreed with its parents; now %s "
@@ -78,4 +101,16 @@ class WorkflowRepair:
                 "workflow repair: batch #%s had every member finished but had not fired; fired",
                 run_id,
             )
-        return {"looked_at": len(ids), "repaired": len(fixed), "batches": len(batches)}
+        for run_id, members in closed:
+            logger.warning(
+                "workflow repair: batch #%s was left open (its block never ended: did its "
+                "process die?); closed with the %s member(s) that joined",
+                run_id,
+                members,
+            )
+        return {
+            "looked_at": len(ids),
+            "repaired": len(fixed),
+            "batches": len(batches),
+            "abandoned": len(closed),
+        }

@@ -1,13 +1,19 @@
 """``with batch(on_complete=...):``: jobs enqueued inside the block join the batch;
 its callbacks run once every member has finished and the block has closed it.
 
-Entering writes the batch's row (in the caller's transaction, if one is open).
-Every enqueue inside the block (``.enqueue()``, ``enqueue_many``,
-``Job.objects.enqueue``, in this thread or task: a context variable) stores the
-batch's id on the row. Leaving closes it in one transaction: the callbacks are
-written (blocked), the members counted, and, if they have all finished already,
-the callbacks are released at once. Otherwise the member that finishes last
-releases them, in the transaction of its own completion (``db/workflow_trigger.py``).
+Entering writes the batch's row and its callbacks (blocked), in one transaction
+(a savepoint of the caller's, if one is open), before any member: a callback's
+taken key fails the block's start with nothing written. Every enqueue inside the
+block (``.enqueue()``, ``enqueue_many``, ``Job.objects.enqueue``, in this thread or
+task: a context variable) stores the batch's id on the row. Leaving closes it in
+one transaction: the members are counted (what joined, not the rows left: the
+pruner keeps finished members of an unfired batch, and their outcomes are counted
+on the batch's row as they finish), and, if they have all finished already, the
+callbacks are released at once. Otherwise the member that finishes last releases
+them, in the transaction of its own completion (``db/workflow_trigger.py``). A
+block that never ends (its process died) is closed by the repair pass
+(``maintenance/workflow_repair.py``) once no member has joined for
+``PGJOBS["BATCH_ABANDONED_AFTER"]``.
 
 A block left by an exception still closes the batch (its members are enqueued and
 will run), unless the exception broke the transaction it ran in (then everything,
@@ -41,7 +47,8 @@ WHEN = {"on_complete": "complete", "on_success": "success", "on_failure": "failu
 class Batch:
     """A batch of jobs (see ``batch``). ``id``: the batch's run id (``Job.workflow_id``
     of its members); after the block, ``members`` (how many jobs joined) and
-    ``callbacks`` (their ``Job`` rows, as written: blocked until the batch fires)."""
+    ``callbacks`` (their ``Job`` rows, as written when the block opened: blocked until
+    the batch fires)."""
 
     def __init__(self, name: str, callbacks: dict[str, Signature], using: str | None):
         self.name = name
@@ -50,7 +57,6 @@ class Batch:
         self.id: int | None = None
         self.members: int | None = None
         self.callbacks: list[Job] = []
-        self._ids: list[int] = []
         self._token: Token[int | None] | None = None
 
     def __repr__(self) -> str:
@@ -63,14 +69,61 @@ class Batch:
     def __enter__(self) -> Batch:
         if self.id is not None:
             raise RuntimeError(f"{self!r} was used already; make a new batch(...)")
-        with connections[self._alias].cursor() as cursor:
-            cursor.execute(
-                workflow_db.WF_CREATE,
-                {"name": self.name, "kind": "batch", "n": len(self._callbacks)},
-            )
-            self.id, self._ids = cursor.fetchone()
+        self.id, self.callbacks = self._open()
         self._token = CURRENT_BATCH.set(self.id)
         return self
+
+    def _open(self) -> tuple[int, list[Job]]:
+        """Write the batch's row and its callbacks (blocked) in one transaction, before
+        any member: a callback whose key is taken raises ``WorkflowConflict`` here,
+        with nothing written, and a batch whose block never closes it (its process
+        died) has all the repair pass needs to close it."""
+        holder = Workflow(self.name)
+        holder.kind = "batch"
+        nodes = [
+            Node(holder, i, sig, (), option, "cancel", "none")
+            for i, (option, sig) in enumerate(self._callbacks.items())
+        ]
+        opts = [node_options(node.signature) for node in nodes]
+        alias = self._alias
+        with (
+            tracing.publish(f"batch {self.name}", "", len(nodes)) as publish,
+            transaction.atomic(using=alias),
+            connections[alias].cursor() as cursor,
+        ):
+            carrier = publish.carrier if publish is not None else None
+            cursor.execute(
+                workflow_db.WF_CREATE, {"name": self.name, "kind": "batch", "n": len(nodes)}
+            )
+            run_id, ids = cursor.fetchone()
+            columns = [
+                {
+                    "status": "blocked",
+                    "workflow_id": run_id,
+                    "node": node.name,
+                    "waiting": 1,  # the batch itself
+                    "failed_parents": None,
+                }
+                for node in nodes
+            ]
+            rows: list[Any] = []
+            if nodes:
+                rows = insert_nodes(
+                    cursor,
+                    run_id,
+                    ids,
+                    nodes,
+                    opts,
+                    carrier,
+                    where=f"batch {self.name!r}",
+                    columns=columns,
+                )
+            stored = [
+                {"id": ids[i], "when": WHEN[option], "pass": not sig.immutable}
+                for i, (option, sig) in enumerate(self._callbacks.items())
+            ]
+            cursor.execute(workflow_db.BATCH_OPEN, {"id": run_id, "callbacks": json.dumps(stored)})
+        return run_id, job_rows(alias, nodes, opts, rows, columns, carrier)
 
     def __exit__(
         self,
@@ -87,70 +140,32 @@ class Batch:
 
     def close(self) -> None:
         """Close the batch (leaving the block does it). Safe to call again after an
-        error: a close whose COMMIT landed (its reply lost) is recognised and not
-        repeated; one that did not is done now."""
+        error: a close whose COMMIT landed (its reply lost), or one the repair pass
+        made, is recognised and not repeated; one that did not land is done now."""
         if self.id is None:
             raise RuntimeError(f"{self!r} was never entered")
         if self.members is not None:
             return
-        holder = Workflow(self.name)
-        holder.kind = "batch"
-        nodes = [
-            Node(holder, i, sig, (), option, "cancel", "none")
-            for i, (option, sig) in enumerate(self._callbacks.items())
-        ]
-        opts = [node_options(node.signature) for node in nodes]
-        columns = [
-            {
-                "status": "blocked",
-                "workflow_id": self.id,
-                "node": node.name,
-                "waiting": 1,  # the batch itself
-                "failed_parents": None,
-            }
-            for node in nodes
-        ]
-        stored = [
-            {"id": self._ids[i], "when": WHEN[option], "pass": not sig.immutable}
-            for i, (option, sig) in enumerate(self._callbacks.items())
-        ]
-        alias = self._alias
-        with (
-            tracing.publish(f"batch {self.name}", "", len(nodes)) as publish,
-            transaction.atomic(using=alias),
-            connections[alias].cursor() as cursor,
-        ):
-            carrier = publish.carrier if publish is not None else None
-            cursor.execute(workflow_db.BATCH_STATE, {"id": self.id})
-            state = cursor.fetchone()
-            if state is None:
-                raise RuntimeError(f"{self!r}: its row is gone (rolled back?)")
-            if state[0]:  # an earlier close committed: nothing left to do
-                self.members = state[1]
-                return
-            rows: list[Any] = []
-            if nodes:
-                rows = insert_nodes(
-                    cursor,
-                    self.id,
-                    self._ids,
-                    nodes,
-                    opts,
-                    carrier,
-                    where=f"batch {self.name!r}",
-                    columns=columns,
-                )
-            cursor.execute(
-                workflow_db.BATCH_CLOSE, {"id": self.id, "callbacks": json.dumps(stored)}
-            )
-            closed = cursor.fetchone()
-            if closed is None:
-                raise RuntimeError(f"{self!r}: closed by someone else meanwhile")
-            members, due = closed
-            if due:
-                cursor.execute(workflow_db.BATCH_FIRE, {"id": self.id})
-        self.members = members
-        self.callbacks = job_rows(alias, nodes, opts, rows, columns, carrier)
+        with transaction.atomic(using=self._alias), connections[self._alias].cursor() as cursor:
+            self.members = close_batch(cursor, self.id, repr(self))
+
+
+def close_batch(cursor: Any, run_id: int, what: str) -> int:
+    """Close batch ``run_id`` in the caller's transaction (the block's end, or the
+    repair pass): lock its row, count what joined, fire it if every member has
+    finished. Returns how many members joined (a batch closed already: as counted
+    then)."""
+    cursor.execute(workflow_db.BATCH_STATE, {"id": run_id})
+    state = cursor.fetchone()
+    if state is None:
+        raise RuntimeError(f"{what}: its row is gone (rolled back?)")
+    if state[0]:  # closed already: an earlier close committed, or the repair pass's
+        return int(state[1])
+    cursor.execute(workflow_db.BATCH_CLOSE, {"id": run_id})
+    members, due = cursor.fetchone()
+    if due:
+        cursor.execute(workflow_db.BATCH_FIRE, {"id": run_id})
+    return int(members)
 
 
 def batch(

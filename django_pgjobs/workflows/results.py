@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.exceptions import ParentResultMissing
 from django_pgjobs.workflows.result_pages import Parent, ParentPages, ParentResults, ResultList
 
 
@@ -44,6 +45,7 @@ def with_parent_results(
     connection of the thread that uses them (``ResultList``, ``ParentResults``).
     Otherwise (an async job: its handler runs on the event loop, which must not
     wait on a query) they are a plain list and dict, read here."""
+    check_parents_present(alias, job_id)
     pages, receives = parent_pages(alias, job_id)
     if receives == "first" and len(pages):
         args = [pages.at(0), *args]
@@ -58,6 +60,17 @@ def with_parent_results(
     for parent, value in zip(pages.parents, values, strict=True):
         by_name[parent.name] = value
     return args, by_name
+
+
+def check_parents_present(alias: str, job_id: int) -> None:
+    """Raise ``ParentResultMissing`` if a parent's row (so its result) is gone: a
+    parent that returned ``None`` stores no result, so only its row tells the two
+    apart."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(workflow_db.PARENT_MISSING, {"id": job_id})
+        gone = cursor.fetchone()
+    if gone is not None:
+        raise ParentResultMissing(job_id, gone[0], gone[1])
 
 
 def plain(value: Any) -> Any:

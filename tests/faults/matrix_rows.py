@@ -263,6 +263,9 @@ ROWS: tuple[Row, ...] = (
     Row("repair pass: lock blocked jobs", "db.WF_REPAIR_LOCK", "worker", setup="workflow"),
     Row("repair pass: recount their parents", "db.WF_REPAIR", "worker", setup="workflow"),
     Row("repair pass: closed batches", "db.BATCH_REPAIR", "worker"),
+    Row("repair pass: lock abandoned open batches", "db.BATCH_ABANDONED", "worker"),
+    # Before a node's results are read: a parent whose row is gone fails the node.
+    Row("worker: a node's parents still there", "db.PARENT_MISSING", "worker", setup="workflow"),
     Row("reaper: reclaim stale", "db.JOB_REAP_STALE", "worker"),
     # The ghost's keyed run keeps its slot, given back STALE_AFTER later (its worker
     # is gone) by the same statement of a later pass.
@@ -488,9 +491,19 @@ ROWS: tuple[Row, ...] = (
         action="enqueue_workflow",
     ),
     Row("batch: open (one attempt)", "db.WF_CREATE", "driver", action="batch"),
+    # The callbacks are written when the block opens, in the open's transaction: a
+    # lost COMMIT reply leaves an open batch nobody closes, which the repair pass of
+    # the clean worker closes (PGJOBS_TEST_BATCH_ABANDONED_AFTER in these cells).
     Row(
-        "batch: write the callbacks (closed again once)",
+        "batch: write the callbacks at open (one attempt)",
         "db.WF_INSERT_NODES",
+        "driver",
+        action="batch",
+        at_commit=True,
+    ),
+    Row(
+        "batch: store the callbacks at open (one attempt)",
+        "db.BATCH_OPEN",
         "driver",
         action="batch",
         at_commit=True,

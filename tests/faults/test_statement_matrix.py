@@ -345,6 +345,7 @@ def test_matrix_covers_every_statement(
         # workflows: a chord in the worker cells' own workload (setup="workflow")
         "db.PARENT_EDGES",
         "db.PARENT_RESULT_PAGE",
+        "db.PARENT_MISSING",
         "db.WF_REPAIR",
     }
     unissued = sorted(
