@@ -105,6 +105,7 @@ def at_end(world: World) -> list[str]:
     problems += reruns(world, rows, runs)
     problems += false_reaps(world, rows)
     problems += false_fences(world)
+    problems += world.batches.at_end()
     return problems
 
 

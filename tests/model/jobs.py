@@ -135,3 +135,9 @@ async def aloop(context: JobContext, tag: int) -> int:
     await asyncio.sleep(0.1)
     await asyncio.to_thread(records.end, run, True)
     return tag
+
+
+@job(queue=PLAIN, max_attempts=ATTEMPTS)
+def tally(counts: dict[str, int]) -> dict[str, int]:
+    """A batch's callback (tests/model/batches.py): returns what the batch counted."""
+    return counts

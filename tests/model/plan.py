@@ -49,6 +49,8 @@ OPS = {
     "kill": 1,
     "freeze": 1,
     "wait": 2,
+    "batch": 1,  # open a batch (the next enqueues join it), or close the open one
+    "prune": 1,  # a pruner pass past every retention for unfired batches' members
 }
 QUEUES = (jobs.PLAIN, jobs.KEYED, jobs.CAPPED, jobs.ASYNC)
 #: Loss events (SIGKILL, freeze) per scenario: fewer than a job's attempts, so no
@@ -82,7 +84,7 @@ class Profile:
 #: The CI seeds: between them every op and kind of the mix, a timeout hit by a keyed,
 #: a capped and an async job (row B), a SIGKILL and a freeze each (test_ci_seeds...).
 SHORT = Profile(
-    "short", steps=16, workers=2, concurrency=3, scenarios=2, minutes=2.0, seeds=(15, 1294)
+    "short", steps=16, workers=2, concurrency=3, scenarios=2, minutes=2.0, seeds=(940, 2947)
 )
 LONG = Profile("long", steps=28, workers=3, concurrency=3, scenarios=10_000, minutes=12.0)
 
@@ -178,8 +180,8 @@ def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) ->
                     },
                 )
             )
-        elif name == "retry":
-            plan.append(Op("retry", {}))
+        elif name in ("retry", "batch", "prune"):
+            plan.append(Op(name, {}))
         else:
             plan.append(Op("wait", {"seconds": rng.choice((0.2, 0.5, 1.0, 2.0))}))
     # Each known-broken op asked for comes first, beside innocent jobs claimed with it

@@ -50,7 +50,7 @@ def replay_hint(seed: int, broken: frozenset[str]) -> str:
 
 
 def settled(world: World) -> bool:
-    ids = list(world.notes)
+    ids = [*world.notes, *world.batches.callbacks()]
     now = statuses(ids)
     if len(now) < len(ids) or any(s not in FINAL for s in now.values()):
         return False
@@ -79,7 +79,8 @@ def run_scenario(
             world.apply(op)
             world.idle(GAP)
             fail_on(checks.during(world), world, seed, plan, broken)
-        world.note("settle: queues resumed, workers thawed")
+        world.note("settle: queues resumed, workers thawed, the open batch closed")
+        world.note(world.batches.close())
         world.resume_all()
         world.thaw_all()
         late: list[str] = []

@@ -24,6 +24,7 @@ from django_pgjobs.models import HeldSlot, Job, Queue
 from django_pgjobs.models import Worker as WorkerRow
 from tests.conftest import WorkerProcess
 from tests.model import jobs, records
+from tests.model.batches import Batches
 from tests.model.plan import KNOWN_BROKEN, Op
 from tests.model.records import Run
 
@@ -119,6 +120,7 @@ class World:
         self.tags = 0
         self.step = 0
         self.unique_errors: list[str] = []
+        self.batches = Batches()
 
     # -- workers ---------------------------------------------------------------------
 
@@ -216,6 +218,7 @@ class World:
             made = (function.using(**options) if options else function).enqueue(*args, **kwargs)
             if kind == "unique":
                 self.check_unique(key, holder, made.id)
+            self.batches.join(made)
             if made.id in self.notes:
                 self.note(f"  -> job {made.id} (the active job of its unique key)")
                 continue
@@ -279,6 +282,16 @@ class World:
         if changed:
             note.cancelled = False
         self.note(f"  retried job {target} ({note.kind}): {changed} changed")
+
+    def op_batch(self) -> None:
+        self.note(self.batches.toggle())
+
+    def op_prune(self) -> None:
+        # once a member has finished, if one does soon: then the pass has one to keep
+        deadline = time.monotonic() + 8.0
+        while self.batches.none_finished() and time.monotonic() < deadline:
+            self.idle(0.2)
+        self.note(self.batches.prune())
 
     def op_pause(self, queue: str) -> None:
         if any(p.queue == queue and p.until is None for p in self.pauses):
