@@ -7,6 +7,7 @@ the block opens; an abandoned open batch is closed by the repair pass."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -204,3 +205,34 @@ def test_an_abandoned_open_batch_is_closed_by_the_repair_pass(caplog: Any) -> No
     fired = [r.value for r in run_jobs() if r.task == w.summarise.name]
     assert fired == [{"label": "left", "completed": 3, "dead": 0, "cancelled": 0}]
     assert WorkflowRepair(abandoned_after=0).run_once()["abandoned"] == 0
+
+
+def test_the_prune_statement_probes_per_workflow_row_and_never_scans_the_jobs() -> None:
+    """The kept-rows test is a probe of the row at hand (the edges' parent index, the
+    child's and the run's primary keys); a hashed subquery would read every
+    unfinished job of the table once per batch."""
+    from django_pgjobs.db.prune import JOB_PRUNE_BATCH
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_pgjobs_job (task, status, run_at)"
+            " SELECT 'x', 'pending', now() + interval '1 day' FROM generate_series(1, 20000)"
+        )
+    with batch():
+        for i in range(3):
+            w.double.enqueue(i)
+    chain(w.double.s(1), w.double.s()).enqueue()
+    run_jobs()
+    age_finished()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_pgjobs_job")
+        cursor.execute("ANALYZE django_pgjobs_jobdependency")
+        cursor.execute("BEGIN")
+        cursor.execute(
+            "EXPLAIN (COSTS OFF) " + JOB_PRUNE_BATCH,
+            {"status": "completed", "older_than": 86400, "batch": 1000},
+        )
+        plan = "\n".join(r[0] for r in cursor.fetchall())
+        cursor.execute("ROLLBACK")
+    assert not re.search(r"Seq Scan on django_pgjobs_job\s", plan), plan
+    assert "hashed SubPlan" not in plan, plan
