@@ -33,7 +33,7 @@ from tests.conftest import ROOT, dsn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-#: The retention of the issue's report: completed jobs kept two seconds.
+#: A retention shorter than a slow import loop's block: completed jobs kept two seconds.
 SHORT = {"completed": 2}
 
 
