@@ -57,3 +57,9 @@ class ParentResultMissing(PgJobsError):
             f"job {child_id} cannot run: the result of its parent job {parent_id}{named} "
             "is gone (the parent's row was deleted before this job ran)"
         )
+
+
+class CancelledOtherJobs(PgJobsError):
+    """Recorded on an ``async def`` job whose code cancelled the tasks of other jobs on
+    the worker's event loop: the attempt is charged to it, and the jobs it cancelled
+    are given back without being charged."""

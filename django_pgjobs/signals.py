@@ -12,7 +12,8 @@ job_dead           job_id, task, queue, attempt, lease, worker, exception
 job_timed_out      job_id, task, queue, attempt, lease, worker, retry_in
                    (``retry_in`` None when the job was dead-lettered)
 job_released       job_id, task, queue, attempt, lease, worker  (given back at
-                   shutdown, attempt not counted)
+                   shutdown, or after another job cancelled its async task; attempt
+                   not counted)
 job_fenced         job_id, task, queue, lease, worker, write  (a zombie's refused write)
 jobs_reaped        jobs (list of (id, task, new status)), worker
 =================  ===========================================================

@@ -4,6 +4,9 @@ the limited claim for everything it claims."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from django_pgjobs import JobContext, job
 from tests import run_records
 from tests.flow_jobs import timed
@@ -33,3 +36,12 @@ def keyed_step(group: str, seconds: float = 0.0) -> dict[str, float]:
 def keyed_sleeper(context: JobContext, key: str, seconds: float) -> None:
     """Limit 1 per key; records its runs (tests/run_records.py). Timeouts per call."""
     run_records.recorded(context, f"slots:{key}", seconds)
+
+
+@job(max_attempts=3, timeout=30, concurrency_key="neighbour:{key}", concurrency_limit=1)
+async def async_keyed_sleep(key: str, seconds: float) -> list[float]:
+    """An async neighbour with a timeout and a concurrency key
+    (tests/test_async_cancel_all.py)."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    return [start, time.time()]

@@ -11,7 +11,11 @@ The loop is shared, so it must survive what any one job does to it
 ``loop.stop()`` or ``loop.close()`` from a job raises in that job alone (only the
 runner stops its loop); ``SystemExit`` or ``KeyboardInterrupt`` escaping a task the
 job spawned is logged and the loop runs on; a job that blocks the loop for
-seconds is named in a warning by a watchdog thread while it blocks.
+seconds is named in a warning by a watchdog thread while it blocks. A job may cancel
+its neighbours' tasks (``asyncio.all_tasks()``): every task is told apart by who
+cancelled it (``loop_cancels``), and every job's task, however it ends (even
+cancelled before it ever ran, or while it waited for a slot), is reported to
+``ended``, so no claimed job is left without an outcome.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
+
+from django_pgjobs.worker.loop_cancels import CancelLedger, by_the_worker, enter_job
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -51,16 +57,25 @@ class _WorkerLoop(asyncio.SelectorEventLoop):
 
 
 class AsyncRunner:
-    """``submit(key, item)`` runs ``target(item)`` as a task on the runner's loop."""
+    """``submit(key, item)`` runs ``target(item)`` as a task on the runner's loop, then
+    calls ``ended(item)`` once its task is over, whether ``target`` ran or not."""
 
     def __init__(
-        self, target: Callable[[Any], Awaitable[None]], limit: int, name: str = "pgjobs-async"
+        self,
+        target: Callable[[Any], Awaitable[None]],
+        limit: int,
+        name: str = "pgjobs-async",
+        *,
+        ended: Callable[[Any], None] | None = None,
     ):
         self._target = target
+        self._ended = ended
+        self.cancels = CancelLedger()
         # At most ``limit`` run at once; the others wait their turn (not yet started:
         # their timeout has not begun).
         self._slots = asyncio.Semaphore(limit)
         self.loop = _WorkerLoop()
+        self.loop.set_task_factory(self.cancels.task_factory)
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
         self._ready = threading.Event()
         self._stopping = threading.Event()
@@ -95,8 +110,9 @@ class AsyncRunner:
         self.loop._pgjobs_owner_stopping = True
         try:
             pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-            for task in pending:
-                task.cancel()
+            with by_the_worker():
+                for task in pending:
+                    task.cancel()
             if pending:
                 self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
@@ -143,19 +159,32 @@ class AsyncRunner:
         self.loop.call_soon_threadsafe(self._spawn, key, item)
 
     def _spawn(self, key: Hashable, item: Any) -> None:
+        self.cancels.begin(key)
         task = self.loop.create_task(self._guarded(key, item), name=f"job {key}")
+        self.cancels.track(task, key)
         self._tasks[key] = task
+        # A task cancelled before its first step never runs its coroutine (no finally,
+        # no outcome): only a done callback hears of it.
+        task.add_done_callback(lambda _: self._over(key, task, item))
 
     async def _guarded(self, key: Hashable, item: Any) -> None:
+        enter_job(key)
         try:
             async with self._slots:
                 await self._target(item)
         except asyncio.CancelledError:
-            pass
+            pass  # the target has reported what it could; ``ended`` sees to the rest
         except BaseException:  # the loop must outlive any job
             logger.exception("async job runner: unexpected error (job key %s)", key)
-        finally:
-            self._tasks.pop(key, None)
+
+    def _over(self, key: Hashable, task: asyncio.Task[None], item: Any) -> None:
+        if self._tasks.get(key) is task:
+            del self._tasks[key]
+        if self._ended is not None:
+            try:
+                self._ended(item)
+            except BaseException:  # the loop must outlive any job
+                logger.exception("async job runner: error after job key %s ended", key)
 
     def cancel(self, key: Hashable) -> None:
         """Cancel the task of ``key`` (timeout, shutdown); a no-op once it finished."""
@@ -163,7 +192,8 @@ class AsyncRunner:
         def cancel() -> None:
             task = self._tasks.get(key)
             if task is not None:
-                task.cancel()
+                with by_the_worker():
+                    task.cancel()
 
         if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(cancel)

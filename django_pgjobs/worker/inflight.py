@@ -128,6 +128,16 @@ class InFlightTable:
             self._leave_slot(entry)
         return True
 
+    def give_back(self, entry: InFlight) -> bool:
+        """queued or running -> done, to be handed back uncharged: its task ended
+        without an outcome (cancelled by another job). False when it was dealt with."""
+        with self._lock:
+            if entry.state not in (QUEUED, RUNNING):
+                return False
+            entry.state = DONE
+            self._leave_slot(entry)
+        return True
+
     def expire(self, now: float) -> list[InFlight]:
         """running -> timed_out for every run past its deadline; those entries."""
         expired: list[InFlight] = []

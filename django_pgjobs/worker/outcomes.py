@@ -26,13 +26,15 @@ from django_pgjobs.db.job_outcome import (
     Encoded,
     job_complete_many,
     job_dead,
+    job_release,
     job_retry,
     job_timed_out,
 )
 
 logger = logging.getLogger("django_pgjobs")
 
-Kind = Literal["completed", "retry", "dead", "fenced"]
+#: "released": handed back uncharged (an async run another job cancelled: running.py)
+Kind = Literal["completed", "retry", "dead", "fenced", "released"]
 
 
 @dataclass
@@ -87,6 +89,9 @@ def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -
         return outcome.kind != "fenced"
     if outcome.kind == "completed":
         return complete(connection, claimed, stored(outcome))
+    if outcome.kind == "released":
+        # The statement of a release at shutdown: the run has ended, no slot is held.
+        return job_release(connection, id=claimed.id, lease=claimed.lease)
     if outcome.error is None:
         raise ValueError(f"a {outcome.kind} outcome without an error entry")
     if outcome.extra.get("timed_out"):
@@ -210,8 +215,21 @@ def report(claimed: Claimed, outcome: Outcome, *, ours: bool, worker: str | None
         except Exception:  # report() never raises
             logger.exception("job %s: after-write callback failed", claimed.id, extra=extra)
     if not ours:
-        write = "complete" if outcome.kind in ("completed", "fenced") else outcome.kind
+        write = {"completed": "complete", "fenced": "complete", "released": "release"}.get(
+            outcome.kind, outcome.kind
+        )
         report_fenced(claimed, write, worker=worker)
+        return
+    if outcome.kind == "released":
+        logger.warning(
+            "job %s (%s): its task on the event loop was cancelled by %s, not by the "
+            "worker; given back, attempt not counted",
+            claimed.id,
+            claimed.task,
+            outcome.extra.get("cancelled_by") or "a caller outside any job",
+            extra=extra,
+        )
+        signals.send(signals.job_released, **base)
         return
     if outcome.kind == "completed":
         logger.debug("job %s (%s) completed", claimed.id, claimed.task, extra=extra)

@@ -7,6 +7,11 @@ thread's connection (user code may have broken it), free the slot and hand the
 outcome on. The slot is free the moment the handler returns; writing the outcome
 is the completer's business. A run given up on meanwhile (timed out, released)
 hands nothing on: the watchdog or the shutdown already dealt with it.
+
+An async job's task cancelled by someone else than the worker (another job on the
+loop: ``loop_cancels``) is given back uncharged, as a shutdown gives back a run; the
+job whose code cancelled it is charged (``CancelledOtherJobs``). Every async job's
+task, even one cancelled before it ever ran, ends with an outcome or given back.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from dataclasses import dataclass, field
 from asgiref.sync import sync_to_async
 
 from django_pgjobs import signals
+from django_pgjobs.exceptions import CancelledOtherJobs
 from django_pgjobs.worker import executor, isolated, job_connection, outcomes
 from django_pgjobs.worker.async_runner import AsyncRunner
 from django_pgjobs.worker.inflight import RUNNING, TIMED_OUT, InFlight, InFlightTable
+from django_pgjobs.worker.loop_cancels import Verdict
 from django_pgjobs.worker.outcomes import Outcome
 from django_pgjobs.worker.runners import JobRunners
 
@@ -54,7 +61,11 @@ class JobRuns:
         self.threads = JobRunners(
             self.concurrency, self.run_sync, "pgjobs-job", job_connection.serve_jobs
         )
-        self.loop = AsyncRunner(self.run_async, self.async_concurrency) if self.use_async else None
+        self.loop = (
+            AsyncRunner(self.run_async, self.async_concurrency, ended=self.async_ended)
+            if self.use_async
+            else None
+        )
 
     @property
     def has_loop(self) -> bool:
@@ -132,6 +143,7 @@ class JobRuns:
     async def run_async(self, entry: InFlight) -> None:
         if not self._start(entry):
             return
+        cancelled = False
         try:
             outcome = await executor.aexecute(
                 entry.claimed,
@@ -140,16 +152,50 @@ class JobRuns:
                 context=entry.context,
                 tracer=entry.tracer,
             )
-        except BaseException as exc:  # noqa: BLE001 - cancelled: timeout or shutdown
-            if isinstance(exc, asyncio.CancelledError) and entry.state != RUNNING:
-                # the watchdog or the shutdown already dealt with it
-                self._ended_after_give_up(entry)
-                await self._roll_back_left_open()
-                return
+        except asyncio.CancelledError as exc:
+            cancelled = True
             outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
+        except BaseException as exc:  # noqa: BLE001 - aexecute() should not raise; be safe
+            outcome = executor.last_resort(entry.claimed, exc, self.worker_id)
+        verdict = self._settle(entry)
+        if cancelled and entry.state != RUNNING:
+            # cancelled by the worker: the watchdog or the shutdown already dealt with it
+            self._ended_after_give_up(entry)
+            await self._roll_back_left_open()
+            return
+        if verdict.struck:
+            outcome = self._charged(entry, verdict)
+        elif verdict.hit_by and (cancelled or outcome.kind in ("retry", "dead")):
+            # Its failure may be the foreign cancel's doing: never charge it for that.
+            outcome = _given_back(verdict)
         self._finished(entry, outcome)
-        if outcome.kind in ("retry", "dead"):
+        if cancelled:
+            await self._roll_back_left_open()
+        if outcome.kind in ("retry", "dead", "released"):
             await self._clean_orm_connection()
+
+    def async_ended(self, entry: InFlight) -> None:
+        """An async job's task is over. One that never ran (cancelled by another job
+        before it started, or while it waited for a slot of the loop) is given back:
+        left queued, it stayed claimed, running and heartbeaten, for good."""
+        verdict = self._settle(entry)
+        if self.table.give_back(entry):
+            self.hand_over(entry, _given_back(verdict))
+            self.wake()
+
+    def _settle(self, entry: InFlight) -> Verdict:
+        """What other jobs' cancels did to this run (and its cancels to them)."""
+        return Verdict() if self.loop is None else self.loop.cancels.settle(entry.claimed.id)
+
+    def _charged(self, entry: InFlight, verdict: Verdict) -> Outcome:
+        """The run cancelled other jobs' tasks: a failed attempt of its own, whatever
+        it returned."""
+        jobs = ", ".join(sorted(str(key) for key in verdict.struck))
+        exc = CancelledOtherJobs(
+            f"job {entry.claimed.id} ({entry.claimed.task}) cancelled tasks of job(s) {jobs} on the "
+            "worker's event loop; the jobs it cancelled were given back, uncharged"
+        )
+        return executor.last_resort(entry.claimed, exc, self.worker_id)
 
     async def _clean_orm_connection(self) -> None:
         """``async def`` jobs' ORM calls share one connection (on asgiref's
@@ -193,3 +239,9 @@ class JobRuns:
         self.observe(elapsed, entry.is_async)
         self.hand_over(entry, outcome)
         self.wake()
+
+
+def _given_back(verdict: Verdict) -> Outcome:
+    """Its run is handed back as a shutdown hands one back: pending, attempt not counted."""
+    by = sorted(str(key) for key in verdict.hit_by if key is not None)
+    return Outcome("released", extra={"cancelled_by": ", ".join(f"job {key}" for key in by)})

@@ -123,6 +123,31 @@ async def blocks_the_loop(seconds: float) -> str:
 
 
 @job(max_attempts=1)
+async def cancels_every_task(after: float = 0.5) -> int:
+    """Cancels every task of the loop it runs on, its neighbours' and its own."""
+    tasks = asyncio.all_tasks()
+    for task in tasks:
+        task.cancel()
+    await asyncio.sleep(after)
+    return len(tasks)
+
+
+@job(max_attempts=1)
+async def cancels_the_others() -> int:
+    """Cancels every task of the loop but its own, from a task it spawns, and returns."""
+
+    async def cancel() -> int:
+        mine = {asyncio.current_task(), spawner}
+        others = [t for t in asyncio.all_tasks() if t not in mine]
+        for task in others:
+            task.cancel()
+        return len(others)
+
+    spawner = asyncio.current_task()
+    return await asyncio.get_running_loop().create_task(cancel())
+
+
+@job(max_attempts=1)
 def forks(path: str, raise_in_child: bool = False) -> int:
     """Forks and returns in both processes; the child writes its pid to ``path``."""
     import os
