@@ -87,6 +87,7 @@ def test_ci_seeds_cover_the_mix() -> None:
     kinds = {k for k in plan.KINDS if plan.BROKEN_KIND.get(k) not in plan.KNOWN_BROKEN}
     wanted = set(plan.OPS) - {"enqueue"} | kinds
     wanted |= {"keyed-timeout", "capped-timeout", "aplain-timeout"}
+    wanted.add(plan.HOSTILE)
     covered = set().union(
         *(plan.features(plan.make_plan(s, plan.SHORT.steps)) for s in plan.SHORT.seeds)
     )

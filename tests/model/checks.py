@@ -123,6 +123,10 @@ def outcomes(world: World, rows: dict[int, Job], results: dict[int, object]) -> 
             expected = "dead"  # charged for killing its process
         elif note.kind == "loop":
             expected = None  # any final status: what it does to the loop is its business
+        elif note.kind == "cancelall":
+            expected = "dead"  # charged for cancelling its neighbours (or itself), once
+            if "Cancelled" not in (row.last_error or ""):
+                problems.append(f"{said}: not charged for its cancels")
         elif note.times_out:
             expected = "dead"
             if "JobTimeout" not in (row.last_error or ""):
@@ -162,6 +166,7 @@ def reruns(world: World, rows: dict[int, Job], runs: Sequence[Run]) -> list[str]
             note.touched
             or note.times_out
             or any(owner_pid(r) in lost or r.worker in restarted for r in mine)
+            or any(cut_short(r, runs) for r in mine)
         )
         if row.status == "completed" and not taken and len(mine) != 1:
             shown = [(r.lease, r.pid, r.finished) for r in mine]
@@ -169,6 +174,18 @@ def reruns(world: World, rows: dict[int, Job], runs: Sequence[Run]) -> list[str]
                 f"job {i} ({note.kind}) ran {len(mine)} times (lease, pid, returned): {shown}"
             )
     return problems
+
+
+def cut_short(run: Run, runs: Sequence[Run]) -> bool:
+    """A run that did not return while a job cancelling every task ran on its worker:
+    given back uncharged, it runs again."""
+    return not run.finished and any(
+        other.kind == "acancel"
+        and other.worker == run.worker
+        and other.started <= (run.ended or math.inf)
+        and run.started <= (other.ended or math.inf)
+        for other in runs
+    )
 
 
 def false_reaps(world: World, rows: dict[int, Job]) -> list[str]:

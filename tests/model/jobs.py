@@ -1,7 +1,8 @@
 """What the model's workers run (PGJOBS["JOB_MODULES"], loaded by workers started
 with PGJOBS_TEST_MODEL=1 and by the test process). Every job records its runs
 (``records``); none fails by its own code except the kinds at the end, which
-misbehave on purpose (a crash, a long C call holding the GIL, a stopped loop).
+misbehave on purpose (a crash, a long C call holding the GIL, a stopped loop, a
+cancel of every task of the loop).
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ async def _arun(context: JobContext, kind: str, key: str | None, block: float, w
     # The start is written in a thread that a cancel does not stop: a timeout that
     # cancelled the task while it was written (over 1 s at CI's load) left a run
     # started and never ended (seed 1294). So it is awaited shielded, in the try.
-    starting = asyncio.ensure_future(asyncio.to_thread(records.start, context, kind, key))
+    # The start is written in a thread that a cancel does not stop: a timeout that
+    # cancelled the task while it was written (over 1 s at CI's load) left a run
+    # started and never ended (seed 1294). So it is awaited shielded, in the try. Both
+    # writes are executor futures, not tasks: a neighbour cancelling every task of the
+    # loop (``acancel``) cannot reach them.
+    loop = asyncio.get_running_loop()
+    starting = loop.run_in_executor(None, records.start, context, kind, key)
     finished = False
     try:
         await asyncio.shield(starting)
@@ -71,9 +78,9 @@ async def _arun(context: JobContext, kind: str, key: str | None, block: float, w
         await asyncio.sleep(wait)
         finished = True
     finally:
-        # Cancelled (a timeout, a cancel): the run ends here, with the task.
+        # Cancelled (a timeout, a cancel, a neighbour): the run ends here, with the task.
         run = await asyncio.shield(starting)
-        await asyncio.shield(asyncio.to_thread(records.end, run, finished))
+        await asyncio.shield(loop.run_in_executor(None, records.end, run, finished))
 
 
 @job(queue=ASYNC, takes_context=True, max_attempts=ATTEMPTS)
@@ -141,3 +148,18 @@ async def aloop(context: JobContext, tag: int) -> int:
 def tally(counts: dict[str, int]) -> dict[str, int]:
     """A batch's callback (tests/model/batches.py): returns what the batch counted."""
     return counts
+
+
+@job(queue=ASYNC, takes_context=True, max_attempts=1)
+async def acancel(context: JobContext, tag: int) -> int:
+    """Cancels every task of the event loop it runs on, its own too: its neighbours are
+    given back uncharged and run again; it is charged (dead, one attempt)."""
+    loop = asyncio.get_running_loop()
+    run = await loop.run_in_executor(None, records.start, context, "acancel", None)
+    try:
+        for task in asyncio.all_tasks():
+            task.cancel()
+        await asyncio.sleep(0.1)
+    finally:
+        await asyncio.shield(loop.run_in_executor(None, records.end, run, False))
+    return tag

@@ -52,6 +52,9 @@ OPS = {
     "batch": 1,  # open a batch (the next enqueues join it), or close the open one
     "prune": 1,  # a pruner pass past every retention for unfired batches' members
 }
+#: The hostile async kind: one per scenario, drawn apart (``_with_hostile``) so the
+#: mix's draws, and what the CI seeds do, stay as they were.
+HOSTILE = "cancelall"
 QUEUES = (jobs.PLAIN, jobs.KEYED, jobs.CAPPED, jobs.ASYNC)
 #: Loss events (SIGKILL, freeze) per scenario: fewer than a job's attempts, so no
 #: innocent job can be dead-lettered by them alone.
@@ -144,6 +147,21 @@ def _enqueue(rng: random.Random, kind: str) -> Op:
     return Op("enqueue", args)
 
 
+def _with_hostile(seed: int, plan: list[Op]) -> list[Op]:
+    """One job that cancels every task of its loop, right after an async enqueue (its
+    neighbours are likely still running or claimed with it), from a generator of its
+    own."""
+    rng = random.Random(f"{HOSTILE}:{seed}")
+    asynchronous = [
+        i
+        for i, op in enumerate(plan)
+        if op.name == "enqueue" and op.args["kind"] in ("aplain", "acapped", "ablock")
+    ]
+    at = rng.choice(asynchronous) + 1 if asynchronous else rng.randrange(len(plan) + 1)
+    hostile = Op("enqueue", {"kind": HOSTILE, "count": 1, "attempts": 1})
+    return [*plan[:at], hostile, *plan[at:]]
+
+
 def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) -> list[Op]:
     """The steps of a scenario. ``broken``: the known-broken ops to mix in anyway
     (the xfail tests); the others stay out while they are in KNOWN_BROKEN."""
@@ -184,6 +202,7 @@ def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) ->
             plan.append(Op(name, {}))
         else:
             plan.append(Op("wait", {"seconds": rng.choice((0.2, 0.5, 1.0, 2.0))}))
+    plan = _with_hostile(seed, plan)
     # Each known-broken op asked for comes first, beside innocent jobs claimed with it
     # (two attempts each, as in the issue's findings, so a scenario shows it quickly).
     prelude: list[Op] = []

@@ -48,6 +48,7 @@ FUNCTIONS: dict[str, Any] = {
     "crash": jobs.crash,
     "gil": jobs.gil,
     "loop": jobs.aloop,
+    "cancelall": jobs.acancel,
 }
 
 
@@ -211,7 +212,7 @@ class World:
         for _ in range(count):
             self.tags += 1
             args: list[Any] = [self.tags]
-            if kind not in ("crash", "loop"):
+            if kind not in ("crash", "loop", "cancelall"):
                 args.append(seconds)
             kwargs = {"key": key} if kind == "keyed" else {}
             holder = self.unique_holder(key) if kind == "unique" else None
