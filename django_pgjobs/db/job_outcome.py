@@ -293,6 +293,13 @@ WITH upd AS (
     {hold("ran", "%(lease)s::bigint")}
 )
 SELECT id FROM upd
+UNION ALL
+-- Already given back under OUR lease: an earlier run of this very write committed
+-- (its reply was lost; the completer redoes it). Every claim moves the lease on, so
+-- a pending row still at our lease is one we gave back. The statement's snapshot
+-- predates ``upd``, so a row is never returned twice.
+SELECT id FROM {JOB}
+ WHERE id = %(id)s AND lease = %(lease)s AND {by_id_is(JobStatus.PENDING)}
 """
 declare("JOB_RELEASE", (JobStatus.RUNNING, JobStatus.PENDING))
 

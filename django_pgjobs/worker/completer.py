@@ -157,7 +157,7 @@ class Completer:
         for index, ok in outcomes.write_batch(connection, pairs, redo=redo):
             entry, outcome = items[index]
             todo.remove(items[index])
-            self._reported(entry, outcome, ok)
+            self._reported(entry, outcome, ok, redo=redo)
 
     def _write_rows(self, connection: Any, todo: list[Item]) -> None:
         """One row at a time; a row whose write fails with a data error is
@@ -220,8 +220,23 @@ class Completer:
                 logger.error("job %s: dead-lettering failed too: %s", claimed.id, again)
         return dead, None
 
-    def _reported(self, entry: InFlight, outcome: Outcome, ok: bool) -> None:
+    def _reported(self, entry: InFlight, outcome: Outcome, ok: bool, *, redo: bool = True) -> None:
         claimed = entry.claimed
+        if not ok and redo and outcome.kind == "released":
+            # A give-back whose first try may have committed with its reply lost, and
+            # the job claimed again since (its lease moved on): JOB_RELEASE cannot tell
+            # that from a row taken by a cancel or the reaper. Not ours either way, and
+            # nothing of ours was lost: no fence to report.
+            logger.info(
+                "job %s (%s): given back, or taken meanwhile; the write was redone after "
+                "a connection error and the row has moved on",
+                claimed.id,
+                claimed.task,
+                extra=outcomes.log_extra(claimed, self.worker_id),
+            )
+            self.table.remove(entry)
+            self._learned(entry, written_off=True, run_over=True)
+            return
         outcomes.report(claimed, outcome, ours=ok, worker=self.worker_id)
         if outcome.extra.get("timed_out") and ok:
             self.counts["timed_out"] += 1

@@ -13,6 +13,8 @@ from typing import Any
 from tests.conftest import WorkerProcess, wait_until
 from tests.faults.matrix import Scenario
 from tests.faults.matrix_rows import (
+    ASYNC_SLEEP,
+    CANCELS_ALL,
     GIL_HOLD,
     HONOUR_WINDOW,
     LISTENER_POLL,
@@ -76,6 +78,26 @@ def run_timeout_cell(s: Scenario) -> dict[str, str]:
     job = s.insert(STEP, kwargs={"hold": 1.0}, max_attempts=2, allowed=("dead",))
     s.db.execute("UPDATE django_pgjobs_job SET timeout = 0.3 WHERE id = %s", [job])
     return _run_simple_worker_cell(s)
+
+
+def run_foreign_cancel_cell(s: Scenario) -> dict[str, str]:
+    """An async neighbour running when another async job cancels every task of the
+    loop: the neighbour's run is given back (the faulted JOB_RELEASE, by the
+    completer) and runs again, its attempt not counted; the canceller is charged."""
+    neighbour = s.insert(ASYNC_SLEEP, priority=50, kwargs={"seconds": 2.0}, max_attempts=1)
+    s.insert(CANCELS_ALL, priority=40, max_attempts=1, allowed=("dead",))
+    s.write_plan()
+    result = _settle_and_check(s, s.start_worker())
+    row = s.db.execute(
+        "SELECT status, attempts, errors FROM django_pgjobs_job WHERE id = %s", [neighbour]
+    ).fetchone()
+    # max_attempts 1: a charged attempt would have dead-lettered it.
+    if row is None or tuple(row) != ("completed", 1, []):
+        charged = f"neighbour {neighbour} (status, attempts, errors) = {row}"
+        result["not_lost"] = (
+            charged if result["not_lost"] == "ok" else f"{result['not_lost']}; {charged}"
+        )
+    return result
 
 
 def run_held_timeout_cell(s: Scenario) -> dict[str, str]:
@@ -504,6 +526,7 @@ def run_cell(s: Scenario) -> dict[str, str]:
         "cron": run_worker_cell,
         "shutdown": run_shutdown_cell,
         "shutdown_ahead": run_shutdown_ahead_cell,
+        "foreign_cancel": run_foreign_cancel_cell,
         "driver": run_driver_cell,
         "timeout": run_timeout_cell,
         "held_timeout": run_held_timeout_cell,

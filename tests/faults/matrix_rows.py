@@ -13,6 +13,9 @@ ATOMIC = "tests.testapp.jobs.fault_atomic"
 UNKNOWN = "tests.faults.not_in_this_release"
 KEYED = "tests.flow_keyed_jobs.per_user"
 CRASHER = "tests.testapp.jobs.exits_nine"
+#: An async job that cancels every task of its worker's loop, and its neighbour.
+CANCELS_ALL = "tests.testapp.core_jobs.cancels_every_task"
+ASYNC_SLEEP = "tests.testapp.core_jobs.async_sleep"
 #: Workers that know a keyed task take the limited claim, which counts held slots.
 KEYED_ENV = (("PGJOBS_TEST_KEYED", "1"),)
 #: The concurrency key (limit 1) of the held-slot cells' jobs.
@@ -102,7 +105,7 @@ class Row:
     # pattern: every shape of that verb on that table) or "*read" (every read)
     statement: str
     # worker | shutdown | cron | driver | timeout | exhausted | queue | listener |
-    # held_timeout | held_cancel | pulse | shutdown_ahead
+    # held_timeout | held_cancel | pulse | shutdown_ahead | foreign_cancel
     kind: str
     skip: int = 0  # matching calls let through before the fault
     args: tuple[str, ...] = ()
@@ -217,6 +220,9 @@ ROWS: tuple[Row, ...] = (
         "db.JOB_RELEASE_MANY",
         "shutdown_ahead",
     ),
+    # An async run cancelled by another job on the loop is given back by the completer
+    # (redone after a connection error: the statement recognises its committed write).
+    Row("worker: give back an async run another job cancelled", "db.JOB_RELEASE", "foreign_cancel"),
     Row("worker: give up a timed-out run", "db.JOB_TIMED_OUT", "timeout"),
     # Limits count what really runs (db/held_slots.py): a keyed run given up on holds
     # its slot (in the same statement) until its thread ends; the worker gives it back.
