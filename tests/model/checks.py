@@ -21,6 +21,8 @@ from tests.model.world import PID, World, owner_pid
 PAUSE_GRACE = float(settings.PGJOBS["POLL_INTERVAL"])
 #: The kinds whose own code never fails (the known-broken ones aside).
 BROKEN_KINDS = ("crash", "gil", "loop")
+#: The kinds whose runs are tasks on their worker's event loop (their ``Run.kind``).
+ASYNC_KINDS = ("aplain", "acapped", "ablock", "aloop")
 
 
 def peak(intervals: Sequence[tuple[float, float, Run]]) -> tuple[int, list[Run]]:
@@ -177,14 +179,18 @@ def reruns(world: World, rows: dict[int, Job], runs: Sequence[Run]) -> list[str]
 
 
 def cut_short(run: Run, runs: Sequence[Run]) -> bool:
-    """A run that did not return while a job cancelling every task ran on its worker:
-    given back uncharged, it runs again."""
-    return not run.finished and any(
-        other.kind == "acancel"
-        and other.worker == run.worker
-        and other.started <= (run.ended or math.inf)
-        and run.started <= (other.ended or math.inf)
-        for other in runs
+    """An async run that did not return while a job cancelling every task of the loop
+    ran on its worker: given back uncharged, it runs again."""
+    return (
+        run.kind in ASYNC_KINDS
+        and not run.finished
+        and any(
+            other.kind == "acancel"
+            and other.worker == run.worker
+            and other.started <= (run.ended or math.inf)
+            and run.started <= (other.ended or math.inf)
+            for other in runs
+        )
     )
 
 
