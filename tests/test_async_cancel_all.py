@@ -1,7 +1,7 @@
 """An ``async def`` job that cancels the other tasks of the worker's event loop, with a
 real ``runjobs``: its neighbours are given back uncharged and run again, none is left
 claimed without running, and the job that cancelled them is charged
-(docs/explanation/guarantees.md, "A cancel is charged to the canceller")."""
+(docs/explanation/guarantees.md, "Hostile values and hostile jobs")."""
 
 from __future__ import annotations
 
