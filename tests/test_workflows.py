@@ -274,6 +274,23 @@ def test_parent_results_are_named() -> None:
     assert last.value == {"tag": "c", "parents": {"first": {"x": 1}, str(run.jobs[1].id): [1, 2]}}
 
 
+def test_a_name_of_digits_is_refused_so_no_parent_result_is_lost() -> None:
+    """An unnamed parent's key in parent_results is its job id as a string: a sibling
+    named like a job id would take its place (one parent's result lost)."""
+    wf = Workflow("digits")
+    unnamed = wf.add(w.constant.s(1))
+    for name in ("7", "0042"):
+        with pytest.raises(ValueError, match=rf"name '{name}': .* cannot be all digits"):
+            wf.add(w.constant.s(2), name=name)
+    assert len(wf.nodes) == 1
+    named = wf.add(w.constant.s(2), name="7a")
+    wf.add(w.report_parents.s(), after=[unnamed, named], name="\u0667")  # never a job id
+    run = wf.enqueue()
+    assert len(run.jobs) == 3
+    last = run_jobs()[-1]
+    assert last.value["parents"] == {str(run.jobs[0].id): 1, "7a": 2}
+
+
 def test_a_blocked_job_is_never_claimed() -> None:
     run = chain(w.wait_for_file.s("/nonexistent", 0.0), w.double.si(1)).enqueue()
     with connection.cursor() as cursor:

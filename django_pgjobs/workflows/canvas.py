@@ -81,9 +81,9 @@ class Workflow:
         """Add ``signature`` (``my_job.s(...)``) as a node that runs after the nodes of
         ``after`` have all finished. Its parents' results are in
         ``context.parent_results`` (``takes_context=True``), keyed by ``name``
-        (default: the parent's job id as a string). ``on_parent_failure``: "cancel"
-        (default) cancels it when a parent ends dead or cancelled; "run" runs it
-        anyway."""
+        (default: the parent's job id as a string, so a name of digits alone is
+        refused). ``on_parent_failure``: "cancel" (default) cancels it when a parent
+        ends dead or cancelled; "run" runs it anyway."""
         parents = self._parents(after)
         return self._add(signature, parents, name=name, on_parent_failure=on_parent_failure)
 
@@ -124,6 +124,12 @@ class Workflow:
             )
         if name is not None:
             _check_name(name, "name")
+            if name.isascii() and name.isdigit():
+                raise ValueError(
+                    f"name {name!r}: a node's name cannot be all digits (an unnamed parent's"
+                    " key in parent_results is its job id as a string, which it would"
+                    " collide with)"
+                )
             if name in self._names:
                 raise ValueError(f"workflow {self.name!r} already has a node named {name!r}")
         if signature.immutable or not parents:
