@@ -76,6 +76,9 @@ ALLOWED_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
         _RETRY_TO_BLOCKED,
     ),
     (JobStatus.DEAD, JobStatus.BLOCKED): (_RETRY_TO_BLOCKED,),
+    (JobStatus.PENDING, JobStatus.BLOCKED): (
+        "a parent it was released without was retried (not claimed yet)",
+    ),
 }
 
 

@@ -217,7 +217,7 @@ OPS = [
         "parent_retried",
         ("WORKFLOW_FUNCTIONS",),
         lambda j: job_retry_now(connection, [_PARENTS[j.id].id], stale_after=60),
-        {JobStatus.CANCELLED: JobStatus.BLOCKED},
+        {JobStatus.CANCELLED: JobStatus.BLOCKED, JobStatus.PENDING: JobStatus.BLOCKED},
         prepare=_with_parent(JobStatus.DEAD),
         counts=frozenset({"waiting", "failed_parents"}),
     ),

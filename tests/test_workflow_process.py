@@ -8,17 +8,20 @@ Timings come from tests/settings.py (heartbeat 0.5 s, stale after 2 s, reaper ev
 
 from __future__ import annotations
 
+import io
 import random
 import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
+from django.core.management import call_command
 
 from django_pgjobs import Workflow, WorkflowRun, chord, claims, group
 from django_pgjobs.db.job_outcome import job_complete_many
-from django_pgjobs.models import Job
+from django_pgjobs.models import Job, JobResult
 from tests import workflow_jobs as w
 from tests.conftest import WorkerProcess, dsn, wait_until
 from tests.test_process import query
@@ -175,6 +178,38 @@ def test_completion_and_release_are_one_transaction(other_connection: psycopg.Co
         finally:
             conn.close()
     assert Job.objects.get(id=callback).status == "pending"
+
+
+def test_a_child_retried_after_its_parent_waits_for_the_running_parent(
+    start: Start, tmp_path: Path
+) -> None:
+    """``a`` dies, its child ``b`` (``"run"``) runs without it and dies; ``retry_jobs
+    --ids`` of ``a`` (which then runs and waits), then of ``b``: ``b`` waits, blocked,
+    while ``a`` runs on a live worker, and runs once ``a`` completed, once, with its
+    result. (It used to go pending and run at once, beside ``a``.)"""
+    allow, go = tmp_path / "allow", tmp_path / "go"
+    start("--concurrency", "4")
+    wf = Workflow("retry order")
+    a = wf.add(w.dies_until.s(str(allow), 21, str(go)), name="a")
+    wf.add(w.needs_parents.s(), after=[a], name="b", on_parent_failure="run")
+    a_id, b_id = (job.id for job in wf.enqueue().jobs)
+
+    def status(job_id: int) -> str:
+        return Job.objects.get(id=job_id).status
+
+    wait_until(lambda: status(b_id) == "dead", timeout=30, message="a and b dead")
+    assert status(a_id) == "dead"
+    allow.touch()
+    call_command("retry_jobs", "--ids", str(a_id), stdout=io.StringIO())
+    wait_until(lambda: status(a_id) == "running", timeout=30, message="a running again")
+    call_command("retry_jobs", "--ids", str(b_id), stdout=io.StringIO())
+    b = Job.objects.get(id=b_id)
+    assert (b.status, b.waiting) == ("blocked", 1)
+    go.touch()
+    wait_until(lambda: status(b_id) == "completed", timeout=30, message="b completed")
+    a_row, b_row = Job.objects.get(id=a_id), Job.objects.get(id=b_id)
+    assert JobResult.objects.get(job_id=b_id).value == {"a": 21}
+    assert b_row.attempts == 1 and b_row.started_at >= a_row.finished_at
 
 
 @pytest.fixture

@@ -197,3 +197,27 @@ def read_after_delete(context: JobContext, results: Sequence[Any]) -> list[Any]:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM django_pgjobs_jobresult WHERE job_id = %s", [first])
     return list(results)
+
+
+@job(max_attempts=1)
+def dies_until(path: str, value: int, go: str = "", timeout: float = 60.0) -> int:
+    """Dies while ``path`` is missing; once it exists, waits for ``go`` (if given) and
+    returns ``value``: a parent that dies, then completes when retried."""
+    if not Path(path).exists():
+        raise RuntimeError(f"{path} is missing")
+    end = time.monotonic() + timeout
+    while go and not Path(go).exists():
+        if time.monotonic() > end:
+            raise TimeoutError(go)
+        time.sleep(0.02)
+    return value
+
+
+@job(takes_context=True, max_attempts=1)
+def needs_parents(context: JobContext) -> dict[str, Any]:
+    """Dies when a parent left no result: a child that ran before its parent completed
+    dies."""
+    missing = sorted(name for name, value in context.parent_results.items() if value is None)
+    if missing:
+        raise RuntimeError(f"no result from {missing}")
+    return context.parent_results

@@ -14,7 +14,8 @@ from django_pgjobs.db.cursor import Connection, atomic
 from django_pgjobs.db.errors import errors_kept, keep_newest
 from django_pgjobs.db.held_slots import hold
 from django_pgjobs.db.moves import declare
-from django_pgjobs.db.tables import JOB, UNIQUE_ACTIVE_INDEX, by_id_is
+from django_pgjobs.db.tables import DEPENDENCY, JOB, UNIQUE_ACTIVE_INDEX, by_id_is
+from django_pgjobs.db.workflow_trigger import FINISHED_SQL
 from django_pgjobs.states import JobStatus
 
 # Cancel blocked, pending or running jobs; the lease bump rejects an in-flight
@@ -57,10 +58,16 @@ _FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"
 
 # Retry now: dead, cancelled, or stuck running (stale heartbeat) -> pending, attempts
 # reset, lease bumped so a stuck job's zombie is fenced; the error history stays.
-# A workflow job some of whose parents have not finished goes back to blocked
-# instead; the trigger of db/workflow_trigger.py then resumes the dependents its failure
-# cancelled. A stuck run is written off like the reaper's: its limit slot stays held
-# (db/held_slots.py) in case its worker was only frozen.
+# A dead or cancelled workflow job some of whose parents have not finished goes back
+# to blocked instead: its counters are recounted from its edges and its parents'
+# statuses now (RETRY_PARENT_LOCK holds them still), never kept from before, so what
+# earlier statements retried counts whatever their order (a parent that finished
+# without a result counts as finished: its child runs without it, as
+# on_parent_failure="run" would; a parent already pruned counts as finished). The
+# trigger of db/workflow_trigger.py then resumes the dependents its failure cancelled,
+# and puts back to blocked those released while it was failed. A stuck run is
+# written off like the reaper's (back to pending: it was released, it ran): its limit
+# slot stays held (db/held_slots.py) in case its worker was only frozen.
 #
 # unique_while (docs/reference/api.md): a dead or cancelled job that still carries a unique key
 # must not take it back while another job holds it (blocked, pending or running), nor may
@@ -93,15 +100,28 @@ WITH mine AS (
 ), skipped AS (
     SELECT id, COALESCE(holder, first) AS holder FROM keyed
      WHERE holder IS NOT NULL OR id <> first
+), counted AS (
+    -- a workflow child's parents now: by the edges' primary key (child_id, position)
+    SELECT m.id,
+           count(*) FILTER (WHERE p.status NOT IN {FINISHED_SQL})::int AS waiting,
+           count(*) FILTER (WHERE p.status IN ('{JobStatus.DEAD}', '{JobStatus.CANCELLED}'))::int
+               AS failed
+      FROM mine m
+      JOIN {DEPENDENCY} e ON e.child_id = m.id
+      LEFT JOIN {JOB} p ON p.id = e.parent_id
+     WHERE m.status <> '{JobStatus.RUNNING}'
+     GROUP BY m.id
 ), retried AS (
     UPDATE {JOB} AS j
-       SET status = CASE WHEN j.waiting > 0 THEN '{JobStatus.BLOCKED}'
+       SET status = CASE WHEN COALESCE(c.waiting, j.waiting) > 0 THEN '{JobStatus.BLOCKED}'
                          ELSE '{JobStatus.PENDING}' END,
+           waiting = COALESCE(c.waiting, j.waiting),
+           failed_parents = COALESCE(c.failed, j.failed_parents),
            lease = j.lease + 1, attempts = 0, run_at = now(), finished_at = NULL,
            cancelled_by = NULL,
            -- the history stays (newest entries only); a fresh start forgives lost workers
            errors = {keep_newest(_FORGIVEN)}
-      FROM mine
+      FROM mine LEFT JOIN counted c ON c.id = mine.id
      WHERE j.id = mine.id AND mine.id NOT IN (SELECT id FROM skipped)
     RETURNING j.id
 ), stuck AS (
@@ -121,6 +141,25 @@ declare(
     (JobStatus.DEAD, JobStatus.BLOCKED),
     (JobStatus.CANCELLED, JobStatus.BLOCKED),
 )
+
+# Lock, in one pass in id order, the selected jobs and the parents of the selected
+# workflow jobs that have not completed (a completed parent never moves again), in
+# its own statement before JOB_RETRY_NOW: that statement's snapshot, taken once these
+# locks are granted, reads each parent's committed status, and nobody finishes or
+# retries a parent until this transaction commits; whoever does then waits for it, and
+# its trigger sees the child as this retry left it. One pass in id order: two retries
+# of a parent and of its child wait for each other, never in a cycle; a completer
+# holds its parent before it locks the children (higher ids), as this pass does.
+RETRY_PARENT_LOCK = f"""
+SELECT 1 FROM {JOB} j
+ WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)s::bigint[])
+                         UNION
+                         SELECT e.parent_id FROM {DEPENDENCY} e
+                          WHERE e.child_id = ANY (%(ids)s::bigint[])))
+   AND j.status <> '{JobStatus.COMPLETED}'
+ ORDER BY j.id
+   FOR NO KEY UPDATE OF j
+"""
 
 # Serialise retries that could take the same unique_while key (see JOB_RETRY_NOW):
 # one transaction-level advisory lock per key, in one order (no deadlock between two
@@ -145,8 +184,8 @@ class Retried:
 
 
 def job_retry_now(connection: Connection, ids: Sequence[int], *, stale_after: float) -> Retried:
-    """RETRY_KEY_LOCK, then JOB_RETRY_NOW: retry now, skipping jobs whose unique_while
-    key another job holds.
+    """RETRY_KEY_LOCK, RETRY_PARENT_LOCK, then JOB_RETRY_NOW: retry now, skipping jobs
+    whose unique_while key another job holds.
 
     Key locks and retry share one transaction (its own when the caller has none).
     A concurrent *enqueue* of the same key takes no lock: if it commits the key in
@@ -157,6 +196,7 @@ def job_retry_now(connection: Connection, ids: Sequence[int], *, stale_after: fl
     with atomic(connection):
         with connection.cursor() as cursor:
             cursor.execute(RETRY_KEY_LOCK, params)
+            cursor.execute(RETRY_PARENT_LOCK, params)
         for attempt in range(3):
             try:
                 with atomic(connection), connection.cursor() as cursor:

@@ -10,7 +10,8 @@ tables) and hands the workflow members that entered or left a finished status to
 ``waiting`` counter of each child and releases it (blocked -> pending) at zero, or
 cancels it when the parent ended dead or cancelled (``on_parent_failure="cancel"``),
 passing the cancel on to the child's own children; per parent that was retried, it
-resumes the children its failure cancelled; per batch member, it counts the outcome
+resumes the children its failure cancelled and puts back to blocked the ones released
+while it was failed and not claimed yet; per batch member, it counts the outcome
 on the batch's row and fires the batch's callbacks once the batch is closed and
 every member has finished. So every path that finishes a job (the completer, a
 retry that dead-letters, a timeout, the reaper, cancel, the unknown-task sweeper,
@@ -168,7 +169,6 @@ DECLARE
     back_st text[];     -- ... and the finished status they left
     woken text[];       -- queues of released jobs
     due bigint[];       -- batches to fire
-    retried bigint[];   -- the members this statement moved out of a finished status
     -- the locked children of a turn, and what the turn's parents bring each
     k_ids bigint[];
     k_done int[];
@@ -191,7 +191,6 @@ BEGIN
           INTO done_ids, done_st, back_ids, back_st
           FROM unnest(moved_ids, moved_olds, moved_news) AS c(id, old, new);
     END IF;
-    retried := back_ids;
 
     -- 1. Finished parents: each child's counters go down; a blocked child is
     -- released at zero, or cancelled by a parent that ended dead or cancelled,
@@ -263,10 +262,13 @@ BEGIN
     END LOOP;
 
     -- 2. Retried parents: children they cancelled wait for them again (and pass
-    -- it on to their own children); other children only count them again. A child
-    -- retried by the same statement (pending, its counter stale) waits for them too.
+    -- it on to their own children); other blocked children only count them again. A
+    -- pending child (released while they were failed, not claimed yet, or retried
+    -- before them or by the same statement) waits for them too: a job whose parents
+    -- have not all finished is blocked, whatever order the retries came in. A child
+    -- claimed already (running) or finished keeps what it did.
     WHILE back_ids IS NOT NULL LOOP
-        {_lock_children("back_ids", "c.id = ANY (retried)")}
+        {_lock_children("back_ids", "c.status = 'pending'")}
         WITH p AS (
             SELECT * FROM unnest(back_ids, back_st) AS p(id, status)
         ), agg AS (
@@ -282,8 +284,7 @@ BEGIN
                         WHEN c.status = 'pending' THEN 'blocked'
                         ELSE c.status END AS becomes
               FROM agg JOIN @SCHEMA@.{JOB} c ON c.id = agg.id
-             WHERE c.status IN ('blocked', 'cancelled')
-                OR (c.status = 'pending' AND c.id = ANY (retried))
+             WHERE c.status IN ('blocked', 'cancelled', 'pending')
         ), moved AS (
             UPDATE @SCHEMA@.{JOB} c
                SET waiting = c.waiting + d.back,
@@ -413,8 +414,9 @@ $do$
 """
 
 
-# The workflow functions and trigger, as one statement (the squashed migration runs it;
-# each part replaces what it creates, so running it again installs this text).
+# The workflow functions and trigger, as one statement (the squashed migration runs it,
+# and migration 0002 again; each part replaces what it creates, so running it again
+# installs this text).
 WORKFLOW_FUNCTIONS = _in_jobs_schema(
     _FIRE_FUNCTION,
     _STEP_FUNCTION,
@@ -425,8 +427,14 @@ WORKFLOW_FUNCTIONS = _in_jobs_schema(
 
 # The moves the trigger's step (and pgjobs_batch_fire) make, in the transaction of
 # the statement that moved a parent: release, cancel (a parent failed), resume (the
-# failed parent was retried).
-declare("WORKFLOW_FUNCTIONS", (BLOCKED, PENDING), (BLOCKED, CANCELLED), (CANCELLED, BLOCKED))
+# failed parent was retried), wait again (a released child of a retried parent).
+declare(
+    "WORKFLOW_FUNCTIONS",
+    (BLOCKED, PENDING),
+    (BLOCKED, CANCELLED),
+    (CANCELLED, BLOCKED),
+    (PENDING, BLOCKED),
+)
 
 WORKFLOW_FUNCTIONS_DROP = _in_jobs_schema(
     f"DROP TRIGGER IF EXISTS pgjobs_workflow_step ON @SCHEMA@.{JOB}",

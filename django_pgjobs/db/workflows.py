@@ -239,8 +239,8 @@ SELECT e.parent_id, e.child_id
 
 # What "retry the failed nodes" retries: the run's dead nodes and the ones cancelled
 # on their own (not by a parent), whose parents all completed. Their dependents that
-# their failure cancelled are resumed by the trigger when they are retried (never a
-# parent and its child in one statement: the child would not wait for the parent).
+# their failure cancelled are resumed by the trigger when they are retried; a failed
+# node below another is left to a later call, once its parent has completed.
 WF_FAILED_ROOTS = f"""
 SELECT j.id FROM {JOB} j
  WHERE j.workflow_id = %(id)s

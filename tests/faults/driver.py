@@ -42,6 +42,33 @@ def _admin_action(action: str, ids: list[int]) -> dict[str, Any]:
     return {"ok": response.status_code in (200, 302), "status": response.status_code}
 
 
+def _retry_child_after_parent() -> dict[str, Any]:
+    """A node and its child (``on_parent_failure="run"``, a higher priority: claimed
+    first if it were pending), both dead; the operator retries the parent, then the
+    child: two admin posts, each made again once if it failed."""
+    from django.utils import timezone
+
+    from django_pgjobs import Workflow
+    from django_pgjobs.models import Job
+    from tests.testapp.jobs import fault_atomic, fault_step
+
+    wf = Workflow("retry order")
+    node = wf.add(fault_step.s())
+    wf.add(fault_atomic.using(priority=10).s(), after=[node], on_parent_failure="run")
+    parent, child = (j.id for j in wf.enqueue().jobs)
+    for job_id in (parent, child):  # the parent's death releases the child, which dies
+        Job.objects.filter(id=job_id).update(status="dead", finished_at=timezone.now())
+    posts = []
+    for ids in ([parent], [child]):
+        for _ in range(2):
+            post = _admin_action("retry_now", ids)
+            if post["ok"]:
+                break
+        posts.append(post)
+    ok = all(p["ok"] for p in posts)
+    return {"ok": ok, "parent": parent, "child": child, "posts": posts}
+
+
 def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
     from django.core.management import call_command
 
@@ -236,6 +263,8 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         )
         ok = response.status_code in (200, 302)
         return {"ok": ok, "status": response.status_code, "retried": [first, second]}
+    if action == "retry_child_after_parent":
+        return _retry_child_after_parent()
     if action == "run_jobs":
         from django_pgjobs.testing import run_jobs
 

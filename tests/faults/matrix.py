@@ -383,7 +383,8 @@ class Scenario:
         return [json.loads(x) for x in self.fired_path.read_text().splitlines() if x]
 
     def _released(self) -> str:
-        """No blocked job whose parents have all finished; every workflow callback
+        """No blocked job whose parents have all finished; no completed child started
+        before a completed parent's (last) completion; every workflow callback
         completed with exactly one effect row (atomic: one row = one completed run)."""
         problems = [
             f"{job_id} still blocked"
@@ -392,6 +393,16 @@ class Scenario:
                 " (SELECT 1 FROM django_pgjobs_jobdependency e JOIN django_pgjobs_job p"
                 "  ON p.id = e.parent_id WHERE e.child_id = c.id"
                 "  AND p.status NOT IN ('completed', 'dead', 'cancelled'))"
+            ).fetchall()
+        ]
+        problems += [
+            f"{child} started before its parent {parent} completed"
+            for child, parent in self.db.execute(
+                "SELECT c.id, p.id FROM django_pgjobs_job c"
+                " JOIN django_pgjobs_jobdependency e ON e.child_id = c.id"
+                " JOIN django_pgjobs_job p ON p.id = e.parent_id"
+                " WHERE c.status = 'completed' AND p.status = 'completed'"
+                " AND c.started_at < p.finished_at"
             ).fetchall()
         ]
         for callback in self.callbacks:

@@ -292,6 +292,12 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
     for job_id in s.driver_result.get("retried", []):
         # the workflow admin's retry: retried and run, or (the retry failed) left as it was
         s.expected[int(job_id)] = ("completed", "dead", "cancelled")
+    if action == "retry_child_after_parent":
+        # both retried (each post made again once), run in order: the child once, after
+        # its parent completed ("released")
+        s.expected[int(s.driver_result["parent"])] = ("completed",)
+        s.expected[int(s.driver_result["child"])] = ("completed",)
+        s.callbacks.append(int(s.driver_result["child"]))
     for job_id in s.driver_result.get("cancelled", []):
         # cancelled, or (the cancel failed twice) run to completion by the clean worker
         s.expected[int(job_id)] = ("cancelled", "completed")

@@ -47,8 +47,9 @@ INVARIANTS = (
     ),
     (
         "released",
-        "workflows: a node is released (or cancelled) once its parents have finished, and"
-        " a callback runs exactly once",
+        "workflows: a node is released (or cancelled) once its parents have finished, a"
+        " completed node never started before a completed parent's completion, and a"
+        " callback runs exactly once",
     ),
     (
         "honoured",
@@ -470,6 +471,36 @@ ROWS: tuple[Row, ...] = (
         "driver",
         action="retry_selected",
         at_commit=True,
+    ),
+    Row(
+        "admin: retry's lock on the parents",
+        "db.RETRY_PARENT_LOCK",
+        "driver",
+        action="retry_selected",
+        at_commit=True,
+    ),
+    # A workflow node retried after its retried parent (two admin posts): the child's
+    # retry locks the parent, counts it, and waits for it (blocked).
+    Row(
+        "admin: retry a child after its parent, the lock on the parents",
+        "db.RETRY_PARENT_LOCK",
+        "driver",
+        action="retry_child_after_parent",
+        skip=1,
+        at_commit=True,
+    ),
+    Row(
+        "admin: retry a child after its parent",
+        "db.JOB_RETRY_NOW",
+        "driver",
+        action="retry_child_after_parent",
+        skip=1,
+    ),
+    Row(
+        "admin: retry a parent before its child",
+        "db.JOB_RETRY_NOW",
+        "driver",
+        action="retry_child_after_parent",
     ),
     Row("admin: cancel, every read", "*read", "driver", action="cancel_selected", times=0),
     Row("admin: retry, every read", "*read", "driver", action="retry_selected", times=0),
