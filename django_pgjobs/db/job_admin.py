@@ -63,7 +63,7 @@ _FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"
 # statuses now (RETRY_PARENT_LOCK holds them still), never kept from before, so what
 # earlier statements retried counts whatever their order (a parent that finished
 # without a result counts as finished: its child runs without it, as
-# on_parent_failure="run" would; a parent already pruned counts as finished). The
+# on_parent_failure="run" would; so does a parent whose row is gone). The
 # trigger of db/workflow_trigger.py then resumes the dependents its failure cancelled,
 # and puts back to blocked those released while it was failed. A stuck run is
 # written off like the reaper's (back to pending: it was released, it ran): its limit
