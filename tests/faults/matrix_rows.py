@@ -496,12 +496,6 @@ ROWS: tuple[Row, ...] = (
         action="retry_child_after_parent",
         skip=1,
     ),
-    Row(
-        "admin: retry a parent before its child",
-        "db.JOB_RETRY_NOW",
-        "driver",
-        action="retry_child_after_parent",
-    ),
     Row("admin: cancel, every read", "*read", "driver", action="cancel_selected", times=0),
     Row("admin: retry, every read", "*read", "driver", action="retry_selected", times=0),
     Row("cancel_jobs: cancel", "db.JOB_CANCEL", "driver", action="cancel_command"),
