@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.context import JobContext
     from django_pgjobs.decorators import job
     from django_pgjobs.exceptions import JobTimeout
-    from django_pgjobs.flow import pause_queue, resume_queue
+    from django_pgjobs.queues import pause_queue, resume_queue
     from django_pgjobs.states import JobStatus
     from django_pgjobs.workflows import (
         Signature,
@@ -57,9 +57,9 @@ def __getattr__(name: str) -> Any:
 
         return job
     if name in ("pause_queue", "resume_queue"):
-        from django_pgjobs import flow
+        from django_pgjobs import queues
 
-        return getattr(flow, name)
+        return getattr(queues, name)
     if name == "JobStatus":
         from django_pgjobs.states import JobStatus
 

@@ -32,7 +32,7 @@ class PgJobsConfig(AppConfig):
         import_job_modules(modules)
         from django.db.models.signals import post_migrate
 
-        from django_pgjobs.flow import sync_after_migrate
+        from django_pgjobs.queues import sync_after_migrate
 
         post_migrate.connect(sync_after_migrate, sender=self)
         from django_pgjobs.backend import autodiscover_tasks

@@ -129,7 +129,7 @@ def check_cron(conf: PgJobsSettings) -> list[checks.CheckMessage]:
 @_with_valid_settings
 def check_queues(conf: PgJobsSettings) -> list[checks.CheckMessage]:
     """``PGJOBS["QUEUES"]`` entries: known keys, max_running >= 1, a valid rate."""
-    from django_pgjobs.flow import queue_problems
+    from django_pgjobs.queues import queue_problems
 
     return [
         checks.Error(p, hint="See docs/howto/control-throughput.md", id="django_pgjobs.E010")

@@ -21,10 +21,11 @@ from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.exceptions import UnknownTask
-from django_pgjobs.flow import FlowState, parse_rate, sync_queues
+from django_pgjobs.flow import FlowState
 from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
 from django_pgjobs.models import Job, KnownTask, Queue
 from django_pgjobs.models import Worker as WorkerRow
+from django_pgjobs.queues import parse_rate, sync_queues
 from tests import flow_jobs, flow_keyed_jobs
 from tests.testapp import jobs
 

@@ -18,8 +18,8 @@ from django.db import transaction
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_pgjobs.conf import settings_errors
-from django_pgjobs.flow import declared_queues
 from django_pgjobs.models import Queue
+from django_pgjobs.queues import declared_queues
 from tests.conftest import WorkerProcess, wait_until
 from tests.test_metrics_process import FAST, free_port
 from tests.testapp.jobs import add

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_pgjobs import pause_queue, resume_queue
-from django_pgjobs.flow import UnknownQueue
 from django_pgjobs.models import Queue
+from django_pgjobs.queues import UnknownQueue
 from tests.test_first_hour import manage
 from tests.testapp.jobs import add
 

@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from django_pgjobs import flow
+from django_pgjobs import queues
 from django_pgjobs.admin.lookups import RefusesNulLookups
 from django_pgjobs.conf import get_settings
 from django_pgjobs.models import Job, Queue
@@ -29,7 +29,7 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]  # generic in the st
         value = self.cleaned_data.get("rate") or None
         if value is not None:
             try:
-                flow.parse_rate(value)
+                queues.parse_rate(value)
             except ValueError as exc:
                 raise forms.ValidationError(str(exc)) from None
         return value
@@ -56,25 +56,25 @@ class QueueAdmin(RefusesNulLookups, admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        flow.notify_changed(get_settings().DATABASE)
+        queues.notify_changed(get_settings().DATABASE)
 
     def delete_model(self, request: HttpRequest, obj: Queue) -> None:
         super().delete_model(request, obj)
-        flow.notify_changed(get_settings().DATABASE)
+        queues.notify_changed(get_settings().DATABASE)
 
     @admin.action(
         description="Pause selected queues (workers stop claiming; running jobs finish)",
         permissions=["change"],
     )
     def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        names = flow.pause_queue(*queryset.values_list("name", flat=True))
+        names = queues.pause_queue(*queryset.values_list("name", flat=True))
         self.message_user(
             request, f"Paused {len(names)} queue(s): {', '.join(names)}.", messages.SUCCESS
         )
 
     @admin.action(description="Resume selected queues", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        names = flow.resume_queue(*queryset.values_list("name", flat=True))
+        names = queues.resume_queue(*queryset.values_list("name", flat=True))
         self.message_user(
             request, f"Resumed {len(names)} queue(s): {', '.join(names)}.", messages.SUCCESS
         )

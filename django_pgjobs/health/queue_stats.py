@@ -22,8 +22,8 @@ from django.db import DatabaseError, connections
 
 from django_pgjobs.conf import METRICS_INTERVAL, get_settings
 from django_pgjobs.db.status import QUEUE_NAMES
-from django_pgjobs.flow import declared_queues
 from django_pgjobs.health import overview
+from django_pgjobs.queues import declared_queues
 
 logger = logging.getLogger("django_pgjobs")
 

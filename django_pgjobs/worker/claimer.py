@@ -32,6 +32,7 @@ from django_pgjobs.db.job_outcome import (
 )
 from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.definition import row_timeout
+from django_pgjobs.queues import QUEUES_CHANGED
 from django_pgjobs.throttle import Backoff
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.db_errors import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
@@ -173,7 +174,7 @@ class Claimer:
         (re)connected, when notifications may have been missed."""
         said = parse_payload(payload)
         queue = said.queue
-        if queue == flow.QUEUES_CHANGED:
+        if queue == QUEUES_CHANGED:
             self.flow_state.invalidate()  # a queue was paused, resumed or edited
         else:
             self.flow_state.saw_queue(queue)  # a job in a queue the claims may not cover yet

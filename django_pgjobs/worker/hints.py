@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from django.db import DatabaseError, connections
 
 from django_pgjobs.db.status import PENDING_PER_QUEUE
-from django_pgjobs.flow import declared_queues
+from django_pgjobs.queues import declared_queues
 
 
 def queues_with_jobs(alias: str) -> dict[str, int]:

@@ -37,6 +37,7 @@ from django_pgjobs.claim_front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.front_probe import FrontProbe
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
+from django_pgjobs.queues import sync_queues_quietly
 from django_pgjobs.worker import connection_pool
 from django_pgjobs.worker.claimer import Claimer, ClaimSize
 from django_pgjobs.worker.completer import Completer
@@ -238,7 +239,7 @@ class Worker:
         )
         self.row.register(self.alias)
         self.heartbeat.start_pulse()
-        flow.sync_queues_quietly(self.alias)
+        sync_queues_quietly(self.alias)
         for thread in helpers:
             thread.start()
         try:

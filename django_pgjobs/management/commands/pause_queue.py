@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_pgjobs.flow import check_alias, pause_queue, resume_queue
 from django_pgjobs.management.autocommit import require_autocommit
+from django_pgjobs.queues import check_alias, pause_queue, resume_queue
 
 
 class Command(BaseCommand):
