@@ -18,7 +18,7 @@ from psycopg.types.string import TextLoader
 from django_pgjobs.db.cursor import Connection, hot_cursor, json_value_or_placeholder
 from django_pgjobs.db.epoch import epoch_us, from_epoch_us
 from django_pgjobs.db.moves import declare
-from django_pgjobs.db.tables import JOB
+from django_pgjobs.db.tables import ASYNC_COMMIT, JOB, pending_queues_cte
 from django_pgjobs.decoding import Undecodable
 from django_pgjobs.states import JobStatus
 
@@ -37,13 +37,6 @@ from django_pgjobs.states import JobStatus
 # each, and ACTIVE_QUEUES shares it); and the limited claim further down, whose
 # per-queue scan reads the CTEs ``allowance`` and ``busy`` and locks rows only after
 # ranking them.
-
-# Claims commit asynchronously: set_config(..., true) is local to the statement's
-# own transaction (no session state, so pgbouncer-safe) and is still in force
-# when it commits, so the claim does not wait for a WAL flush. Safe: a claim lost
-# in a server crash leaves the job pending and it runs again (at-least-once), and
-# the completion, which commits synchronously, flushes the claim's WAL before it.
-ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 
 # Marks the rows of ``picked`` as claimed. attempts and lease are bumped at claim
 # time, so a crash mid-job still counts the attempt and a reclaimed job can be told
@@ -135,21 +128,6 @@ WITH picked AS (
 )
 {_CLAIM_SET}
 """
-
-
-# The queues that have pending rows, found with a loose index scan of the claim
-# index: one index probe per distinct queue, not a read of every pending row.
-# A recursive CTE named qs(name), for WITH RECURSIVE; its last row is NULL.
-# ``bound``: a condition on run_at checked on the index entries (the claim front).
-def pending_queues_cte(bound: str = "") -> str:
-    return f"""qs(name) AS (
-    (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}'{bound} ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT queue FROM {JOB}
-             WHERE status = '{JobStatus.PENDING}' AND queue > qs.name{bound}
-             ORDER BY queue LIMIT 1)
-      FROM qs WHERE qs.name IS NOT NULL
-)"""
 
 
 _PENDING_QUEUES = pending_queues_cte()

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_pgjobs.db.claim import pending_queues_cte
 from django_pgjobs.db.cursor import Connection
 from django_pgjobs.db.epoch import epoch_us, from_epoch_us
-from django_pgjobs.db.tables import JOB
+from django_pgjobs.db.tables import JOB, pending_queues_cte
 from django_pgjobs.states import JobStatus
 
 # The oldest pending run_at before the bound, in the worker's queues and (when it

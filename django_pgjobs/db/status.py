@@ -4,10 +4,9 @@ overview, table health, the overview's charts, the worker's liveness file and
 
 from __future__ import annotations
 
-from django_pgjobs.db.claim import _PENDING_QUEUES
 from django_pgjobs.db.errors import keep_newest
 from django_pgjobs.db.rollup import claimed_since, finished_since
-from django_pgjobs.db.tables import JOB, QUEUE, WORKER
+from django_pgjobs.db.tables import JOB, QUEUE, WORKER, pending_queues_cte
 from django_pgjobs.states import JobStatus
 
 # Live work per queue, exact: pending rows through the claim index and running
@@ -96,7 +95,7 @@ SELECT id, host, pid, queues, concurrency, started_at, last_seen, now() - last_s
 # claim index (one probe per queue, as in JOB_CLAIM_ALL). Running: the running
 # index, as many rows as jobs in flight. Never the history. No locks.
 ACTIVE_QUEUES = f"""
-WITH RECURSIVE {_PENDING_QUEUES}
+WITH RECURSIVE {pending_queues_cte()}
 SELECT name FROM qs WHERE name IS NOT NULL
 UNION
 SELECT DISTINCT queue FROM {JOB} WHERE status = '{JobStatus.RUNNING}'

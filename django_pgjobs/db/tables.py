@@ -1,7 +1,10 @@
-"""The names the statements share: tables, the unique-key index, the NOTIFY channel, and
-the status test of rows looked up by id."""
+"""The names the statements share: tables, the unique-key index, the NOTIFY channel, the
+status test of rows looked up by id, the asynchronous commit of claims and heartbeats,
+and the list of queues with pending jobs."""
 
 from __future__ import annotations
+
+from django_pgjobs.states import JobStatus
 
 JOB = "django_pgjobs_job"
 RESULT = "django_pgjobs_jobresult"
@@ -38,3 +41,26 @@ def by_id_is(*statuses: str, column: str = "status") -> str:
         return f"{column} = '{statuses[0]}' COLLATE \"C\""
     listed = ", ".join(f"'{status}'" for status in statuses)
     return f'{column} COLLATE "C" IN ({listed})'
+
+
+# Claims commit asynchronously: set_config(..., true) is local to the statement's
+# own transaction (no session state, so pgbouncer-safe) and is still in force
+# when it commits, so the claim does not wait for a WAL flush. Safe: a claim lost
+# in a server crash leaves the job pending and it runs again (at-least-once), and
+# the completion, which commits synchronously, flushes the claim's WAL before it.
+ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
+
+
+# The queues that have pending rows, found with a loose index scan of the claim
+# index: one index probe per distinct queue, not a read of every pending row.
+# A recursive CTE named qs(name), for WITH RECURSIVE; its last row is NULL.
+# ``bound``: a condition on run_at checked on the index entries (the claim front).
+def pending_queues_cte(bound: str = "") -> str:
+    return f"""qs(name) AS (
+    (SELECT queue FROM {JOB} WHERE status = '{JobStatus.PENDING}'{bound} ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM {JOB}
+             WHERE status = '{JobStatus.PENDING}' AND queue > qs.name{bound}
+             ORDER BY queue LIMIT 1)
+      FROM qs WHERE qs.name IS NOT NULL
+)"""
