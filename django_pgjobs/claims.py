@@ -161,10 +161,10 @@ def claim(
     ``tasks``: claim only jobs of these tasks (the worker's registry; None: any).
     ``limited``: some queue in scope is paused or limited, or a known task has a
     concurrency key (see ``flow.FlowState``): take the serialised limited claim.
-    ``since``: only jobs with ``run_at >= since`` (``claim_front.py``; not the
+    ``since``: only jobs with ``run_at >= since`` (``claim/front.py``; not the
     limited claim, which ranks every pending job of its queues).
     ``levels``: with ``since`` and named queues, only jobs of these priorities, each
-    level's scan seeking to the bound (``JOB_CLAIM_LEVELS``; ``claim_front.py``).
+    level's scan seeking to the bound (``JOB_CLAIM_LEVELS``; ``claim/front.py``).
     """
     if limited:
         if isinstance(connection, psycopg.Connection):

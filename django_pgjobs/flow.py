@@ -22,7 +22,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import claims, registry
-from django_pgjobs.claim_front import ClaimFront
+from django_pgjobs.claim.front import ClaimFront
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.claim import Claimed, pending_queues
 from django_pgjobs.db.claim_limited import queue_limits

@@ -104,7 +104,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         (...)``: see ``db/claim.py`` on how the planner estimates the two.
         ``since``: only jobs with ``run_at >= since``, an index condition that skips
         the entries of jobs already claimed without reading their rows
-        (``claim_front.py``). ``priority``: only jobs of this priority; with ``since``,
+        (``claim/front.py``). ``priority``: only jobs of this priority; with ``since``,
         the scan seeks straight to the bound in that priority's part of the index."""
         qs = self.filter(status=JobStatus.PENDING, run_at__lte=TransactionNow())
         if since is not None:

@@ -23,7 +23,7 @@ from tests.dbrig import UNCHOSEN_ENGINE, database_config
 
 if os.environ.get("PGJOBS_TEST_PROBE_EVERY"):
     # The fault matrix's claim-front rows: the worker's probe often enough to fault.
-    from django_pgjobs import claim_front
+    from django_pgjobs.claim import front as claim_front
 
     claim_front.PROBE_EVERY = float(os.environ["PGJOBS_TEST_PROBE_EVERY"])
 

@@ -1,4 +1,4 @@
-"""The claim front (``claim_front.py``): a worker's claims start past the claim-index
+"""The claim front (``claim/front.py``): a worker's claims start past the claim-index
 entries of the jobs it already claimed, and never past a job that is pending and due."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_pgjobs import claim_front, claims
-from django_pgjobs.claim_front import SLACK, UNPROBED_AFTER, ClaimFront
+from django_pgjobs import claims
+from django_pgjobs.claim import front as claim_front
+from django_pgjobs.claim.front import SLACK, UNPROBED_AFTER, ClaimFront
+from django_pgjobs.claim.probe import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
 from django_pgjobs.db.claim import pending_queues
-from django_pgjobs.db.claim_front import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
 from django_pgjobs.db.notify import Payload, parse_payload
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.flow import FlowState

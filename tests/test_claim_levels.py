@@ -1,4 +1,4 @@
-"""The claim front's seek by priority (``claim_front.py``): past the bound, a worker's
+"""The claim front's seek by priority (``claim/front.py``): past the bound, a worker's
 claims start each priority's scan of the claim index at the bound, instead of stepping
 over the entries of every job claimed since VACUUM last ran."""
 
@@ -11,8 +11,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_pgjobs import claims
-from django_pgjobs.claim_front import MAX_LEVELS, SLACK, ClaimFront
-from django_pgjobs.db.claim_front import Probed, front_probe
+from django_pgjobs.claim.front import MAX_LEVELS, SLACK, ClaimFront
+from django_pgjobs.claim.probe import Probed, front_probe
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker

@@ -173,7 +173,7 @@ def test_notify_is_sent_at_commit_only() -> None:
             job = send_email.enqueue("x@example.com")
             assert list(listener.notifies(timeout=0.3)) == []
         notes = list(listener.notifies(timeout=2, stop_after=1))
-        # The queue, and when the job is due (the claim front: claim_front.py).
+        # The queue, and when the job is due (the claim front: claim/front.py).
         assert [parse_payload(n.payload) for n in notes] == [Payload("emails", job.run_at, 5)]
         with pytest.raises(RuntimeError), transaction.atomic():
             send_email.enqueue("y@example.com")

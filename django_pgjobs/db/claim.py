@@ -72,7 +72,7 @@ RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j
           j.failed_parents IS NOT NULL,
           -- reclaimed from a lost worker: the worker runs it alone (worker/isolated.py)
           j.suspect,
-          -- where the worker's next claim may start (claim_front.py)
+          -- where the worker's next claim may start (claim/front.py)
           {epoch_us("j.run_at")}
 """
 
@@ -115,7 +115,7 @@ WITH picked AS (
 # comes before run_at in the index, so they still step over the entries of every job
 # claimed since VACUUM last ran (under a held xmin horizon that walk grows with every
 # job claimed; seeking by level does not). The worker passes the priorities
-# that its queues' pending jobs at or past the bound can have (claim_front.py);
+# that its queues' pending jobs at or past the bound can have (claim/front.py);
 # rows of the scans that are not taken stay locked only for this statement.
 def claim_levels(lateral: str) -> str:
     return f"""
@@ -131,7 +131,7 @@ WITH picked AS (
 
 
 _PENDING_QUEUES = pending_queues_cte()
-# A worker's claims and its list of queues start at its claim front (claim_front.py):
+# A worker's claims and its list of queues start at its claim front (claim/front.py):
 # every pending job at or past the bound is found, due or not, and none is before it
 # that a claim could take (a claim that reads the whole index reads the whole list).
 _PENDING_QUEUES_SINCE = pending_queues_cte(" AND run_at >= %(since)s")
@@ -219,7 +219,7 @@ class Claimed:
     has_parents: bool = False  # a workflow job with parents (their results are read)
     suspect: bool = False  # reclaimed from a lost worker: run alone (worker/isolated.py)
     #: when it was due, as epoch microseconds (``run_at`` converts): the claim front
-    #: reads only the smallest of a claim's (claim_front.py)
+    #: reads only the smallest of a claim's (claim/front.py)
     run_at_us: int | None = None
 
     @property

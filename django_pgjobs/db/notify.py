@@ -18,7 +18,7 @@ JOB_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 # microseconds>,<priority>`` (queue names hold no comma), the earliest run_at of the
 # jobs it announces (or now() if that is later) and their priority. A worker's claims
 # start past the jobs they already took and seek only the priorities it knows of
-# (claim_front.py); this tells them how far back a job committed late lies, and at
+# (claim/front.py); this tells them how far back a job committed late lies, and at
 # which priority. Built in SQL by the single enqueue (db/job_insert.py) and here for a
 # bulk enqueue (one task, one priority); one transaction's notifications of the same
 # queue, time and priority are still folded into one.

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from django.db import connections
 
 from django_pgjobs import flow, registry
-from django_pgjobs.claim_front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
+from django_pgjobs.claim.front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
+from django_pgjobs.claim.probe import FrontProbe
 from django_pgjobs.conf import get_settings
-from django_pgjobs.maintenance.front_probe import FrontProbe
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
 from django_pgjobs.queues import sync_queues_quietly
 from django_pgjobs.worker import connection_pool
@@ -111,7 +111,7 @@ class Worker:
         # Flow control and deploy skew: claim only known tasks, honour queue limits.
         self.flow = flow.FlowState(self.queues, notified=self.listen)
         poll = conf.POLL_INTERVAL if poll_interval is None else poll_interval
-        # Claims start past the jobs already claimed (claim_front.py); not in burst
+        # Claims start past the jobs already claimed (claim/front.py); not in burst
         # mode, whose empty claim ends the run: that claim reads the whole index.
         # With LISTEN and maintenance, a probe on the maintenance thread finds the jobs
         # before the bound that no NOTIFY announced, and the priorities past it (the

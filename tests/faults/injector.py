@@ -71,28 +71,34 @@ def _normal(text: str) -> str:
 
 
 def db_constants() -> dict[str, str]:
-    """The SQL statements of ``django_pgjobs.db`` (every module's constants) and the
-    compiled claims (``claims.claim_statements``): name -> text. The LISTEN
+    """The SQL statements of ``django_pgjobs.db`` and ``django_pgjobs.claim`` (every
+    module's constants) and the compiled claims (``claims.claim_statements``), each
+    named after its package: ``db.NAME`` or ``claim.NAME`` -> text. The LISTEN
     connection's statements are named apart (``listener:...``)."""
     import importlib
     import pkgutil
 
-    from django_pgjobs import claims, db
+    from django_pgjobs import claim, claims, db
 
     out: dict[str, str] = {}
-    for info in pkgutil.iter_modules(db.__path__, "django_pgjobs.db."):
-        for name, value in vars(importlib.import_module(info.name)).items():
-            if (
-                name.isupper()
-                and not name.startswith(("_", "LISTEN"))
-                and isinstance(value, str)
-                and re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP|ANALYZE)\b", value)
-            ):
-                # a constant imported from its home module is the same text
-                assert out.get(name, value) == value, f"two statements of db/ are named {name}"
-                out[name] = value
+    for package in (db, claim):
+        prefix = package.__name__.rsplit(".", 1)[1]
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            for name, value in vars(importlib.import_module(info.name)).items():
+                if (
+                    name.isupper()
+                    and not name.startswith(("_", "LISTEN"))
+                    and isinstance(value, str)
+                    and re.match(
+                        r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|DROP|ANALYZE)\b", value
+                    )
+                ):
+                    # a constant imported from its home module is the same text
+                    named = f"{prefix}.{name}"
+                    assert out.get(named, value) == value, f"two statements are named {named}"
+                    out[named] = value
     # The claims are compiled from Job.objects.claimable on first use, not module text.
-    out.update(claims.claim_statements())
+    out.update({f"claim.{n}": t for n, t in claims.claim_statements().items()})
     return out
 
 
@@ -103,7 +109,7 @@ def _patterns() -> list[tuple[str, re.Pattern[str]]]:
     global _PATTERNS
     if _PATTERNS is None:
         pats = []
-        named = {f"db.{n}": t for n, t in db_constants().items()}
+        named = db_constants()
         for name, text in named.items():
             # JOB_BY_KEY and JOB_BY_UNIQUE_KEY are formatted with the model's columns.
             body = re.escape(_normal(text)).replace(r"\{columns\}", ".+?")
@@ -114,8 +120,8 @@ def _patterns() -> list[tuple[str, re.Pattern[str]]]:
 
 
 def statement_name(sql_text: str) -> str:
-    """``db.JOB_CLAIM_ALL``-style name for a statement of ``django_pgjobs.db`` (the
-    constant's name); ``orm:...`` for an ORM statement on a pgjobs table (a stable
+    """``db.JOB_RETRY``-style name for a statement of ``django_pgjobs.db`` or
+    ``django_pgjobs.claim`` (its package and the constant's name); ``orm:...`` for an ORM statement on a pgjobs table (a stable
     digest of its shape); ``other:...``."""
     text = _normal(sql_text)
     for name, pattern in _patterns():

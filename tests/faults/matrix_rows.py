@@ -316,12 +316,12 @@ ROWS: tuple[Row, ...] = (
         setup="unanalysed",
         periodic=True,
     ),
-    # The claim front's probe (db/claim_front.py): every worker's maintenance loop, once
+    # The claim front's probe (claim/probe.py): every worker's maintenance loop, once
     # its claims have a bound (a claim that took fewer jobs than it asked for: more than
     # one slot); every 0.3 s here instead of 10 (tests/settings.py).
     Row(
         "claim front: probe before the bound, every queue",
-        "db.FRONT_PROBE_ALL",
+        "claim.FRONT_PROBE_ALL",
         "worker",
         args=("--concurrency", "4"),
         env=PROBE_ENV,
@@ -329,7 +329,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "claim front: probe before the bound, one queue",
-        "db.FRONT_PROBE_QUEUES",
+        "claim.FRONT_PROBE_QUEUES",
         "worker",
         args=("--queues", "default", "--concurrency", "4"),
         env=PROBE_ENV,

@@ -289,15 +289,15 @@ def test_matrix_covers_every_statement(
 ) -> None:
     if _shard()[0] != 1:
         pytest.skip("the coverage audit runs in matrix shard 1 (PGJOBS_MATRIX_SHARD)")
-    constants = {f"db.{name}": text for name, text in db_constants().items()}
-    # 1. Every SQL constant of db/ has a row, is read-only (its
+    constants = db_constants()
+    # 1. Every SQL constant of db/ and claim/ has a row, is read-only (its
     # caller's "*read" row or its own row fault it: see 2.) or has no runtime caller.
     uncovered = {
         name
         for name, text in constants.items()
         if not _rows_for(name) and not is_read_only(text) and name not in NOT_RUNTIME
     }
-    assert not uncovered, f"statements of db/ the matrix does not cover: {uncovered}"
+    assert not uncovered, f"statements of db/ and claim/ the matrix does not cover: {uncovered}"
     # 2. Every statement a full lifecycle issues (the worker with cron, reaper, pruner,
     # sweeper, listener and heartbeat process; enqueue, enqueue_many, pause/resume, the
     # admin's actions and pages, jobs_status, prune --dry-run, run_jobs, the Tasks
@@ -323,8 +323,8 @@ def test_matrix_covers_every_statement(
     own_workload = {
         "db.JOB_CLAIM_ONE_QUEUE",
         "db.JOB_CLAIM_QUEUES",
-        "db.FRONT_PROBE_ALL",  # every 10 s, once a claim set a bound
-        "db.FRONT_PROBE_QUEUES",
+        "claim.FRONT_PROBE_ALL",  # every 10 s, once a claim set a bound
+        "claim.FRONT_PROBE_QUEUES",
         "db.JOB_CLAIM_LEVELS",  # after a probe, as the probe's rows
         "db.JOB_CLAIM_LEVELS_KNOWN",
         "db.JOB_TIMED_OUT",
@@ -360,8 +360,8 @@ def test_matrix_covers_every_statement(
 
 
 def test_statement_names_are_stable() -> None:
-    """The injector names every statement of db/ after itself."""
+    """The injector names every statement of db/ and claim/ after itself."""
     for name, text in db_constants().items():
         if "{columns}" in text:  # JOB_BY_KEY, JOB_BY_UNIQUE_KEY
             text = text.format(columns="id, queue")
-        assert statement_name(text) == f"db.{name}", name
+        assert statement_name(text) == name, name

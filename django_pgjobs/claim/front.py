@@ -21,7 +21,7 @@ NOTIFY, or a reconnected LISTEN, clears it. For everything else (a notification
 lost, rows another worker's claim locked and gave back, a row written without
 ``pgjobs_enqueue``) a worker with LISTEN and maintenance probes every
 ``PROBE_EVERY`` seconds, on its maintenance thread, for a pending job before the
-bound (``maintenance/front_probe.py``) and lowers the bound to it (``probed``). The
+bound (``probe.py``) and lowers the bound to it (``probed``). The
 probe walks the same dead entries a claim from the start of the index would, but no
 claim waits for it: under a held xmin horizon that walk grew to a few hundred
 milliseconds, and the claim that did it every 10 s delayed every job enqueued
@@ -58,7 +58,7 @@ from datetime import datetime, timedelta
 #: commits this long after its statement began (its ``run_at``) is still found.
 SLACK = timedelta(seconds=1)
 #: A worker with LISTEN and maintenance probes for jobs before its bound this often
-#: (seconds; maintenance/front_probe.py)...
+#: (seconds; probe.py)...
 PROBE_EVERY = 10.0
 #: ... and its claims read the whole index only when no probe has begun for this long.
 UNPROBED_AFTER = 2 * PROBE_EVERY
