@@ -1,4 +1,4 @@
-"""The worker's own CPU for one claim: thread CPU time of ``claims.claim`` taking 300 jobs.
+"""The worker's own CPU for one claim: thread CPU time of ``claim.claim`` taking 300 jobs.
 
     DJANGO_SETTINGS_MODULE=tests.settings scripts/dev python bench/claim_client_cpu.py [--reps 60]
 
@@ -25,7 +25,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from django_pgjobs import claims  # noqa: E402
+from django_pgjobs import claim  # noqa: E402
 from django_pgjobs.db.tables import JOB  # noqa: E402
 
 N = 300
@@ -53,7 +53,7 @@ for _ in range(10 + A.reps):
             " run_at = now() - interval '1 second'"
         )
     began = time.thread_time()
-    got = claims.claim(connection, worker="bench", n=N, queues=["default"])
+    got = claim.claim(connection, worker="bench", n=N, queues=["default"])
     cpu.append(time.thread_time() - began)
     if len(got) != N:
         raise SystemExit(f"claim_client_cpu: the claim took {len(got)} of {N} jobs")

@@ -35,8 +35,8 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from django_pgjobs import claims  # noqa: E402
-from django_pgjobs.db.claim import Claimed  # noqa: E402
+from django_pgjobs import claim  # noqa: E402
+from django_pgjobs.claim.rows import Claimed  # noqa: E402
 from django_pgjobs.db.job_outcome import job_complete_many  # noqa: E402
 from django_pgjobs.db.tables import JOB, QUEUE  # noqa: E402
 
@@ -78,9 +78,9 @@ def drive(claims: dict[str, Callable[[int], list[Claimed]]], secs: float) -> dic
     got_jobs = dict.fromkeys(claims, 0)
     start = time.perf_counter()
     while time.perf_counter() - start < secs:
-        for name, claim in claims.items():
+        for name, method in claims.items():
             t0 = time.perf_counter()
-            got = claim(10)
+            got = method(10)
             spent[name] += time.perf_counter() - t0
             got_jobs[name] += len(got)
             inflight.extend(got)
@@ -91,7 +91,7 @@ def drive(claims: dict[str, Callable[[int], list[Claimed]]], secs: float) -> dic
 
 
 def _claim(**options: Any) -> Callable[[int], list[Claimed]]:
-    return lambda n: claims.claim(connection, worker="b", queues=["bench"], n=n, **options)
+    return lambda n: claim.claim(connection, worker="b", queues=["bench"], n=n, **options)
 
 
 BASE = "plain claim (no task filter)"

@@ -302,12 +302,12 @@ def use_database(db: str) -> None:
 def claim_plan() -> str:
     from django.db import connection
 
-    from django_pgjobs import claims
+    from django_pgjobs import claim
 
     with connection.cursor() as cur:
         cur.execute(
-            "EXPLAIN (FORMAT JSON) " + claims.JOB_CLAIM_ONE_QUEUE,
-            {"worker": "explain", "n": 100, "queue": "default", "since": claims.UNBOUNDED},
+            "EXPLAIN (FORMAT JSON) " + claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"],
+            {"worker": "explain", "n": 100, "queue": "default", "since": claim.UNBOUNDED},
         )
         plan = cur.fetchone()[0]
     text = json.dumps(plan)

@@ -21,11 +21,13 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import claims, registry
+from django_pgjobs import claim as claims
+from django_pgjobs import registry
 from django_pgjobs.claim.front import ClaimFront
+from django_pgjobs.claim.limited import queue_limits
+from django_pgjobs.claim.plain import pending_queues
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.claim import Claimed, pending_queues
-from django_pgjobs.db.claim_limited import queue_limits
 from django_pgjobs.db.epoch import from_epoch_us
 from django_pgjobs.db.job_outcome import job_release
 from django_pgjobs.queues import UnknownQueue, parse_rate, pause_queue, resume_queue, sync_queues

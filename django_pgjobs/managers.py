@@ -31,7 +31,7 @@ CLAIM_ORDER = ("-priority", "run_at", "id")
 
 class StatementParam(Expression):
     """A named parameter (``%(name)s``) of a statement that is compiled once from a
-    queryset and then run with the hot path's own parameters (``claims.claim_statements``).
+    queryset and then run with the hot path's own parameters (``claim.compiled.claim_statements``).
     It compiles to ``%s`` with itself as the value, which the statement builder turns
     back into ``%(name)s``; such a queryset is compiled, never evaluated."""
 
@@ -48,7 +48,7 @@ class StatementParam(Expression):
 
 class TextArray(Expression):
     """``<value>::text[]``: a list of strings, or a ``StatementParam`` holding the array
-    (the worker passes its task names as one ``text[]`` literal, see ``db.claim.task_array``)."""
+    (the worker passes its task names as one ``text[]`` literal, see ``claim.plain.task_array``)."""
 
     def __init__(self, value: Sequence[str] | StatementParam):
         super().__init__(output_field=TextField())
@@ -97,11 +97,11 @@ class JobQuerySet(models.QuerySet["Job"]):
         locked ``FOR UPDATE SKIP LOCKED`` (so evaluate it inside ``transaction.atomic()``;
         rows another transaction holds are passed over, never waited for).
 
-        This is the worker's claim: ``claims.claim`` runs this queryset compiled once into
+        This is the worker's claim: ``claim.run.claim`` runs this queryset compiled once into
         the inner SELECT of a single ``WITH picked AS (...) UPDATE ... RETURNING``
         statement (queue, task names and LIMIT become that statement's parameters).
         The task filter is ``array_position(tasks, task) IS NOT NULL``, not ``task IN
-        (...)``: see ``db/claim.py`` on how the planner estimates the two.
+        (...)``: see ``claim/plain.py`` on how the planner estimates the two.
         ``since``: only jobs with ``run_at >= since``, an index condition that skips
         the entries of jobs already claimed without reading their rows
         (``claim/front.py``). ``priority``: only jobs of this priority; with ``since``,

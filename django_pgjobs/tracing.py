@@ -105,7 +105,7 @@ def tracer() -> Any:
 
 
 def job_span(claimed: Any, tracer: Any = LOOK_UP) -> AbstractContextManager[Any]:
-    """Around the handler call of one attempt of ``claimed`` (a ``db.claim.Claimed``);
+    """Around the handler call of one attempt of ``claimed`` (a ``claim.rows.Claimed``);
     ``tracer``: what ``tracer()`` answered for its claim."""
     if tracer is LOOK_UP:
         tracer = _tracer()

@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import JobContext, claims, job
+from django_pgjobs import JobContext, claim, job
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.job_admin import job_retry_now
 from django_pgjobs.db.job_outcome import job_complete_many, job_heartbeat
@@ -209,7 +209,7 @@ def test_retry_all_matching_a_filter(admin_client: Client) -> None:
 def test_reap_stuck_now(admin_client: Client) -> None:
     with_attempts_left = running("reports")
     add.using(queue="last", max_attempts=1).enqueue(1, 1)
-    [last_try] = claims.claim(connection, worker="admin-test-worker", queues=["last"], n=1)
+    [last_try] = claim.claim(connection, worker="admin-test-worker", queues=["last"], n=1)
     # A suspect whose worker was lost once before while it ran alone, with the attempt
     # given back: no more of that (losses among neighbours are always refunded).
     Job.objects.filter(id=last_try.id).update(

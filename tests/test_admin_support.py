@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.db.job_outcome import job_heartbeat
@@ -56,7 +56,7 @@ def dead(queue: str = "default", message: str = "boom") -> Job:
 
 def running(queue: str = "default") -> Job:
     job = pending(queue)
-    claimed = claims.claim(connection, worker="admin-test-worker", queues=[queue], n=1)
+    claimed = claim.claim(connection, worker="admin-test-worker", queues=[queue], n=1)
     assert [c.id for c in claimed] == [job.id], "the queue must hold only this due job"
     return Job.objects.get(id=job.id)
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.models import Job, Worker
 from django_pgjobs.testing import run_jobs
 from tests.conftest import ROOT, wait_until
@@ -74,7 +74,7 @@ def _seed(tmp_path: Path) -> tuple[Job, Job]:
     hopeless = always_fails.using(queue="billing", max_attempts=1).enqueue("card declined")
     run_jobs()
     add.using(queue="reports").enqueue(40, 2)
-    [claimed] = claims.claim(connection, worker="web-1:4242:9f3c2a1b", queues=["reports"], n=1)
+    [claimed] = claim.claim(connection, worker="web-1:4242:9f3c2a1b", queues=["reports"], n=1)
     wait_stuck(Job.objects.get(id=claimed.id))  # its "worker" never heartbeats: stuck
     send_email.using(delay=3600).enqueue("later@example.com", subject="reminder")
     add.using(queue="emails").enqueue(1, 1)  # due, not yet run

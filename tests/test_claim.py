@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from django_pgjobs import claims
-from django_pgjobs.db.claim import Claimed, from_rows
-from django_pgjobs.db.claim_limited import job_claim_limited
+from django_pgjobs import claim
+from django_pgjobs.claim.limited import job_claim_limited
+from django_pgjobs.claim.rows import Claimed, from_rows
 from django_pgjobs.db.cursor import int_array, text_array
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import JOB
@@ -39,11 +39,11 @@ def test_claim_takes_at_most_n_in_priority_then_age_order() -> None:
 
     # The batch is the best n, by priority then id (the worker starts them in this
     # order; RETURNING's own order is the heap's, and `high` was written last).
-    first = claims.claim(connection, worker="w", queues=["default"], n=3)
+    first = claim.claim(connection, worker="w", queues=["default"], n=3)
     assert _ids(first) == [high.id, old.id, new.id]
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
     # One at a time shows the order: ties on run_at are broken by id.
-    rest = [_ids(claims.claim(connection, worker="w", queues=["default"], n=1)) for _ in range(4)]
+    rest = [_ids(claim.claim(connection, worker="w", queues=["default"], n=1)) for _ in range(4)]
     assert rest == [[i] for i in sorted(j.id for j in same_time)] + [[low.id], []]
     c = next(c for c in first if c.id == high.id)
     assert (c.attempt, c.lease, c.task, c.args, c.kwargs) == (
@@ -59,7 +59,7 @@ def test_claim_takes_at_most_n_in_priority_then_age_order() -> None:
 def test_claim_returns_what_the_worker_needs() -> None:
     job = jobs.send_email.using(idempotency_key="claim-k").enqueue("a@b.c", subject="x")
     Job.objects.filter(id=job.id).update(run_at=job.run_at.replace(year=2000))
-    [c] = claims.claim(connection, worker="w", queues=["emails"], n=5)
+    [c] = claim.claim(connection, worker="w", queues=["emails"], n=5)
     assert c == Claimed(
         job.id,
         "tests.testapp.jobs.send_email",
@@ -100,11 +100,11 @@ def test_multi_queue_claims_filter_queues_and_honour_priority(queues: list[str] 
     make_job(queue="a", priority=7, run_at_delta=3600)  # not due
     wanted = ("a", "b") if queues else ("a", "b", "c")
     # A batch takes the best n across the queues...
-    best = claims.claim(connection, worker="w", queues=queues, n=len(wanted))
+    best = claim.claim(connection, worker="w", queues=queues, n=len(wanted))
     assert sorted((c.queue, c.priority) for c in best) == [(q, 9) for q in wanted]
     # ...and one at a time, each queue is served strictly by priority.
     order = []
-    while claimed := claims.claim(connection, worker="w", queues=queues, n=1):
+    while claimed := claim.claim(connection, worker="w", queues=queues, n=1):
         order.append((claimed[0].queue, claimed[0].priority))
     assert sorted({q for q, _ in order}) == list(wanted)
     assert [p for _, p in order] == [5] * len(wanted) + [1] * len(wanted)
@@ -117,7 +117,7 @@ def test_multi_queue_claim_limit_is_global(queues: list[str] | None) -> None:
     for q in ("a", "b"):
         for _ in range(5):
             make_job(queue=q)
-    assert len(claims.claim(connection, worker="w", queues=queues, n=3)) == 3
+    assert len(claim.claim(connection, worker="w", queues=queues, n=3)) == 3
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
 
 
@@ -125,9 +125,9 @@ def test_multi_queue_claim_limit_is_global(queues: list[str] | None) -> None:
 @pytest.mark.parametrize(
     "statement,params",
     [
-        (claims.JOB_CLAIM_ONE_QUEUE, {"queue": "q7"}),
-        (claims.JOB_CLAIM_QUEUES, {"queues": ["q3", "q7"]}),
-        (claims.JOB_CLAIM_ALL, {}),
+        (claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"], {"queue": "q7"}),
+        (claim.claim_statements()["JOB_CLAIM_QUEUES"], {"queues": ["q3", "q7"]}),
+        (claim.claim_statements()["JOB_CLAIM_ALL"], {}),
     ],
     ids=["one", "queues", "all"],
 )
@@ -142,7 +142,7 @@ def test_claim_plan_uses_the_partial_claim_index(statement: str, params: dict[st
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {JOB}")
         cursor.execute(
-            "EXPLAIN " + statement, {"worker": "w", "n": 10, "since": claims.UNBOUNDED, **params}
+            "EXPLAIN " + statement, {"worker": "w", "n": 10, "since": claim.UNBOUNDED, **params}
         )
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "pgjobs_job_claim_idx" in plan, plan
@@ -159,17 +159,23 @@ def _claimer(
             empty = 0
             while empty < 3:
                 if queues is None:
-                    statement, params = claims.JOB_CLAIM_ALL, {}
+                    statement, params = claim.claim_statements()["JOB_CLAIM_ALL"], {}
                 elif len(queues) == 1:
-                    statement, params = claims.JOB_CLAIM_ONE_QUEUE, {"queue": queues[0]}
+                    statement, params = (
+                        claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"],
+                        {"queue": queues[0]},
+                    )
                 else:
-                    statement, params = claims.JOB_CLAIM_QUEUES, {"queues": queues}
+                    statement, params = (
+                        claim.claim_statements()["JOB_CLAIM_QUEUES"],
+                        {"queues": queues},
+                    )
                 rows = conn.execute(
                     statement,
                     {
                         "worker": threading.current_thread().name,
                         "n": random.randint(1, 25),
-                        "since": claims.UNBOUNDED,
+                        "since": claim.UNBOUNDED,
                         **params,
                     },
                 ).fetchall()
@@ -221,7 +227,7 @@ def test_a_claim_on_a_plain_psycopg_connection_decodes_each_row_on_its_own() -> 
             f"UPDATE {JOB} SET args = {deep}, trace_context = {deep} WHERE id = %s", [hostile.id]
         )
     with psycopg.connect(dsn(), autocommit=True) as conn:
-        claimed = claims.claim(conn, worker="plain", queues=["default"], n=10)
+        claimed = claim.claim(conn, worker="plain", queues=["default"], n=10)
     by_id = {c.id: c for c in claimed}
     assert set(by_id) == {hostile.id, mate.id}
     assert by_id[mate.id].args == [3, 4]
@@ -236,7 +242,7 @@ def test_completion_arrays_sent_as_literals_round_trip_any_value() -> None:
     and the word NULL inside a value come back as they went in, a None stores none."""
     values: list[Any] = ['a"b\\c', {"k": ["{}", ",", "NULL", "\\\\", '"']}, "NULL", "", None, [1]]
     made = [jobs.noop.enqueue() for _ in values]
-    claimed = {c.id: c for c in claims.claim(connection, worker="w", queues=None, n=len(values))}
+    claimed = {c.id: c for c in claim.claim(connection, worker="w", queues=None, n=len(values))}
     assert set(claimed) == {j.id for j in made}
     items = [(j.id, claimed[j.id].lease, v) for j, v in zip(made, values, strict=True)]
     assert job_complete_many(connection, items) == {j.id for j in made}

@@ -16,11 +16,11 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.claim import front as claim_front
 from django_pgjobs.claim.front import SLACK, UNPROBED_AFTER, ClaimFront
+from django_pgjobs.claim.plain import pending_queues
 from django_pgjobs.claim.probe import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
-from django_pgjobs.db.claim import pending_queues
 from django_pgjobs.db.notify import Payload, parse_payload
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.flow import FlowState
@@ -189,17 +189,17 @@ def test_a_bounded_claim_does_not_read_the_rows_of_jobs_claimed_before() -> None
     from the start hands each one to the executor, which reads its row; a claim bounded
     past them checks them on the index entry and hands over only the live ones."""
     _pending(2000, age=3600)
-    while claims.claim(connection, worker="w", queues=["front"], n=500):
+    while claim.claim(connection, worker="w", queues=["front"], n=500):
         pass
     _pending(3, age=0.5)
     with transaction.atomic():
         before = _returned()
-        unbounded = claims.claim(connection, worker="w", queues=["front"], n=10)
+        unbounded = claim.claim(connection, worker="w", queues=["front"], n=10)
         read_unbounded = _returned() - before
         transaction.set_rollback(True)
     since = min(c.run_at for c in unbounded if c.run_at is not None) - SLACK
     before = _returned()
-    bounded = claims.claim(connection, worker="w", queues=["front"], n=10, since=since)
+    bounded = claim.claim(connection, worker="w", queues=["front"], n=10, since=since)
     read_bounded = _returned() - before
     assert sorted(c.id for c in bounded) == sorted(c.id for c in unbounded)
     assert len(bounded) == 3
@@ -384,7 +384,7 @@ def test_the_front_compares_aware_times_when_use_tz_is_off() -> None:
             assert cursor.fetchone()[0].tzinfo is None  # the ORM's view: naive
             cursor.execute(f"UPDATE {JOB} SET run_at = %s WHERE id = %s", [at(-60), job.id])
         probed = front_probe(connection, at(0), ["front"], None).oldest
-        [claimed] = claims.claim(connection, worker="w", queues=["front"], n=2)
+        [claimed] = claim.claim(connection, worker="w", queues=["front"], n=2)
         front = ClaimFront(sweep_every=1e9)
         assert front.bound() is None  # a claim begins (the first reads the whole index)
         front.heard(parse_payload(f"front,{int(at(-10).timestamp() * 1e6)},0").due)

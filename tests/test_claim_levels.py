@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.claim.front import MAX_LEVELS, SLACK, ClaimFront
 from django_pgjobs.claim.probe import Probed, front_probe
 from django_pgjobs.db.tables import JOB
@@ -112,22 +112,22 @@ def test_a_claim_by_level_takes_the_best_jobs_of_the_levels_named_from_the_bound
     b5 = _insert("b", 5, now - timedelta(minutes=2))
     _insert("c", 5, now - timedelta(minutes=3))  # a queue not named
     _insert("a", 5, now + timedelta(minutes=1))  # not due
-    take = claims.claim(connection, worker="w", queues=["a", "b"], n=3, since=since, levels=(5, 0))
+    take = claim.claim(connection, worker="w", queues=["a", "b"], n=3, since=since, levels=(5, 0))
     assert {c.id for c in take} == {b5, a5, b0}  # the best three (rows come in id order)
-    rest = claims.claim(connection, worker="w", queues=["a", "b"], n=9, since=since, levels=(5, 0))
+    rest = claim.claim(connection, worker="w", queues=["a", "b"], n=9, since=since, levels=(5, 0))
     assert [c.id for c in rest] == [a0]
     assert Job.objects.filter(id__in=[before, low], status="pending").count() == 2
     # The known-task form filters by task as the other known-task claims do.
     _insert("a", 0, now)
     assert (
-        claims.claim(
+        claim.claim(
             connection, worker="w", queues=["a"], n=9, since=since, levels=(0,), tasks=["other"]
         )
         == []
     )
     assert (
         len(
-            claims.claim(
+            claim.claim(
                 connection,
                 worker="w",
                 queues=["a"],
@@ -161,17 +161,17 @@ def test_a_claim_by_level_seeks_past_the_entries_of_the_jobs_claimed_before() ->
             "        now() - interval '1 hour' + g * interval '1 millisecond'"
             "   FROM generate_series(1, 20000) AS g"
         )
-    while claims.claim(connection, worker="w", queues=["front"], n=1000):
+    while claim.claim(connection, worker="w", queues=["front"], n=1000):
         pass
     fresh = [_insert("front", 0, _now() - timedelta(seconds=1)) for _ in range(3)]
     since = _now() - timedelta(seconds=30)
     with transaction.atomic():
         before = _index_blocks()
-        bounded = claims.claim(connection, worker="w", queues=["front"], n=10, since=since)
+        bounded = claim.claim(connection, worker="w", queues=["front"], n=10, since=since)
         walked = _index_blocks() - before
         transaction.set_rollback(True)
     before = _index_blocks()
-    sought = claims.claim(connection, worker="w", queues=["front"], n=10, since=since, levels=(0,))
+    sought = claim.claim(connection, worker="w", queues=["front"], n=10, since=since, levels=(0,))
     seek = _index_blocks() - before
     assert sorted(c.id for c in sought) == sorted(c.id for c in bounded) == fresh
     assert walked >= 40, walked  # 20,000 entries: some 60 leaf pages

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_pgjobs import claims
-from django_pgjobs.db.claim import CLAIM_STATEMENTS, task_array
+from django_pgjobs import claim
+from django_pgjobs.claim import compiled
+from django_pgjobs.claim.plain import CLAIM_STATEMENTS, task_array
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.managers import StatementParam
 from django_pgjobs.models import Job
@@ -32,14 +33,12 @@ KNOWN = 'array_position(%(tasks)s::text[], ("django_pgjobs_job"."task")::text) I
 
 
 def test_the_claim_is_the_compiled_queryset() -> None:
-    statements = claims.claim_statements(connection)
+    statements = claim.claim_statements(connection)
     assert tuple(statements) == CLAIM_STATEMENTS
     one = statements["JOB_CLAIM_ONE_QUEUE"]
     picked = one.split("WITH picked AS (", 1)[1].split("\n)\n", 1)[0].strip()
     assert PICKED_ONE_QUEUE.fullmatch(picked), picked
-    # The module names are the same texts (the fault matrix and tests use them).
     for name, text in statements.items():
-        assert getattr(claims, name) == text
         # named parameters only (psycopg takes one style per statement)
         assert not re.search(r"%s|%\d", text.replace("%%", "")), (name, text)
         assert text.count("FOR UPDATE SKIP LOCKED") == 1, name
@@ -55,9 +54,9 @@ def test_compiling_the_claim_never_connects() -> None:
     # A backend pointed at an address nothing listens on: compiling must not care.
     settings = {**connection.settings_dict, "HOST": "203.0.113.1", "NAME": "nowhere"}
     offline = type(_wrapper())(settings, alias="pgjobs-compile-test")
-    statements = claims.compile_claims(offline)
+    statements = compiled.compile_claims(offline)
     assert offline.connection is None
-    assert statements == claims.claim_statements(connection)
+    assert statements == claim.claim_statements(connection)
 
 
 def _wrapper() -> Any:
@@ -69,12 +68,12 @@ def _wrapper() -> Any:
 def test_a_parameter_the_claim_cannot_pass_is_refused() -> None:
     queryset = Job.objects.claimable(StatementParam("queue")).filter(task="x").values("id")
     text, params = (
-        queryset[: claims._LIMIT_MARK]
-        .query.get_compiler(connection=claims._offline(_wrapper()))
+        queryset[: compiled._LIMIT_MARK]
+        .query.get_compiler(connection=compiled._offline(_wrapper()))
         .as_sql()
     )
     with pytest.raises(ValueError, match="a parameter the claim cannot pass: 'x'"):
-        claims._named(text, params)
+        compiled._named(text, params)
 
 
 @pytest.mark.django_db
@@ -156,11 +155,11 @@ def test_the_compiled_claim_reads_the_claim_index_without_sorting_the_backlog(
     params = {
         "worker": "w",
         "n": 10,
-        "since": claims.UNBOUNDED,
+        "since": claim.UNBOUNDED,
         "tasks": task_array(("live", "x")),
         **extra,
     }
-    plan = _plan(claims.claim_statements(connection)[name], params)
+    plan = _plan(claim.claim_statements(connection)[name], params)
     assert "pgjobs_job_claim_idx" in _index_names(plan), plan
     assert _scans_below_a_sort(plan) == [], plan
     assert '"Seq Scan"' not in json.dumps(plan), plan
@@ -172,7 +171,7 @@ def test_the_generic_plan_of_the_prepared_claim_uses_the_claim_index_too() -> No
     # server may switch to a generic plan, which knows no parameter values. The
     # status is a literal, so the partial index still matches.
     _fill_history_and_backlog()
-    statement = claims.claim_statements(connection)["JOB_CLAIM_ONE_QUEUE_KNOWN"]
+    statement = claim.claim_statements(connection)["JOB_CLAIM_ONE_QUEUE_KNOWN"]
     names: list[str] = []
 
     def positional(match: re.Match[str]) -> str:

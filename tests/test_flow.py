@@ -14,9 +14,12 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from django_pgjobs import claims, job, pause_queue, registry, resume_queue
+from django_pgjobs import job, pause_queue, registry, resume_queue
 from django_pgjobs.checks import check_queues
-from django_pgjobs.db.claim import Claimed, pending_queues
+from django_pgjobs.claim import UNBOUNDED, claim_statements
+from django_pgjobs.claim.plain import pending_queues
+from django_pgjobs.claim.rows import Claimed
+from django_pgjobs.claim.run import claim as run_claim
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.db.workers import unknown_pending
@@ -33,7 +36,7 @@ db = pytest.mark.django_db
 
 
 def claim(n: int = 10, queues: list[str] | None = None, **kw: Any) -> list[Claimed]:
-    return claims.claim(connection, worker="w", queues=queues, n=n, **kw)
+    return run_claim(connection, worker="w", queues=queues, n=n, **kw)
 
 
 def known() -> list[str]:
@@ -398,9 +401,9 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("statement", "extra"),
     [
-        (claims.JOB_CLAIM_ONE_QUEUE_KNOWN, {"queue": "default"}),
-        (claims.JOB_CLAIM_QUEUES_KNOWN, {"queues": ["default", "emails"]}),
-        (claims.JOB_CLAIM_ALL_KNOWN, {}),
+        (claim_statements()["JOB_CLAIM_ONE_QUEUE_KNOWN"], {"queue": "default"}),
+        (claim_statements()["JOB_CLAIM_QUEUES_KNOWN"], {"queues": ["default", "emails"]}),
+        (claim_statements()["JOB_CLAIM_ALL_KNOWN"], {}),
     ],
     ids=["one-queue", "queues", "all"],
 )
@@ -413,7 +416,7 @@ def test_known_task_claims_are_the_fast_path_plus_a_filter(statement: str, extra
     # the ordered index scan for a bitmap scan and a sort.
     plan = _plan(
         statement,
-        {"worker": "w", "n": 100, "since": claims.UNBOUNDED, "tasks": ["live", "x"], **extra},
+        {"worker": "w", "n": 100, "since": UNBOUNDED, "tasks": ["live", "x"], **extra},
     )
     assert "pgjobs_job_claim_idx" in plan, plan
     assert '"Node Type": "Seq Scan"' not in plan and "Bitmap Heap Scan" not in plan, plan

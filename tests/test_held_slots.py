@@ -15,9 +15,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from django_pgjobs.claim.limited import job_claim_limited
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.context import JobContext
-from django_pgjobs.db.claim import Claimed
-from django_pgjobs.db.claim_limited import job_claim_limited
 from django_pgjobs.db.held_slots import held_slot_free
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import job_release, job_retry, job_timed_out

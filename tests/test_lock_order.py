@@ -29,8 +29,8 @@ from collections.abc import Callable
 import pytest
 from django.db import OperationalError, connection, connections
 
-from django_pgjobs import claims
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs import claim
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import (
     job_complete_many,
@@ -117,7 +117,7 @@ def _worker(mix: Mix, name: str, *, stalls: bool) -> Callable[[], None]:
     rng = random.Random(name)
 
     def step() -> None:
-        held: list[Claimed] = claims.claim(connection, worker=name, queues=[QUEUE], n=50)
+        held: list[Claimed] = claim.claim(connection, worker=name, queues=[QUEUE], n=50)
         mix.count("claimed", len(held))
         while held and mix.running():
             lost = job_heartbeat(connection, [(c.id, c.lease) for c in held])

@@ -16,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.exceptions import LeaseLost
@@ -125,7 +125,7 @@ def test_a_fenced_completion_counts_as_fenced_once(wm: WorkerMetrics) -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS obs_atomic (job_id bigint, lease bigint)")
     job = atomic_insert.enqueue("obs_atomic", 0.0)
-    [claimed] = claims.claim(connection, worker="zombie", queues=["default"], n=1)
+    [claimed] = claim.claim(connection, worker="zombie", queues=["default"], n=1)
     job_cancel(connection, [job.id])  # someone else moved the lease on
     from django_pgjobs import signals
     from django_pgjobs.worker import outcomes
@@ -192,7 +192,7 @@ def test_refresher_reads_queue_gauges_from_the_status_query(wm: WorkerMetrics) -
     add.enqueue(1, 1)
     add.using(delay=3600).enqueue(2, 2)
     send_email.enqueue("b@example.com")
-    [running] = claims.claim(connection, worker="w", queues=["emails"], n=1)
+    [running] = claim.claim(connection, worker="w", queues=["emails"], n=1)
     refresher = QueueStatsRefresher(wm.queues, queues=["reports"], interval=0.05)
     refresher.start()
     try:

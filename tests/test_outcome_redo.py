@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, transaction
 
-from django_pgjobs import claims, signals
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs import claim, signals
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import (
     JOB_COMPLETE_MANY_REDO,
     JOB_RETRY,
@@ -81,7 +81,7 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
     received: dict[str, list[dict[str, Any]]],
 ) -> None:
     job = jobs.always_fails.using(max_attempts=3).enqueue()
-    [first] = claims.claim(connection, worker="w1", queues=None, n=1)
+    [first] = claim.claim(connection, worker="w1", queues=None, n=1)
     outcome = _failed(first)
     with (
         connection.execute_wrapper(lose_first_reply(JOB_RETRY)),
@@ -89,7 +89,7 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
     ):
         outcomes.write(connection, first, outcome)
     # The write committed: the job is due again and another worker claims it.
-    [second] = claims.claim(connection, worker="w2", queues=None, n=1)
+    [second] = claim.claim(connection, worker="w2", queues=None, n=1)
     assert second.id == job.id and second.lease != first.lease
     # The redo recognises its own entry: ours, not fenced, and it changes nothing.
     assert outcomes.write(connection, first, outcome) is True
@@ -119,7 +119,7 @@ def test_a_retry_redone_after_the_job_was_claimed_again_is_recognised(
 
 def test_a_timed_out_write_redone_after_a_lost_reply_is_recognised() -> None:
     job = jobs.noop.using(max_attempts=2).enqueue()
-    [claimed] = claims.claim(connection, worker="w1", queues=None, n=1)
+    [claimed] = claim.claim(connection, worker="w1", queues=None, n=1)
     error = error_entry(claimed.attempt, TimeoutError("too slow"), "w1")
     with (
         connection.execute_wrapper(lose_first_reply(JOB_TIMED_OUT)),
@@ -140,7 +140,7 @@ def test_a_timed_out_write_redone_after_a_lost_reply_is_recognised() -> None:
     assert len(Job.objects.get(id=job.id).errors) == 1
     # The last attempt with retry=False: dead, and the redo says dead.
     Job.objects.filter(id=job.id).update(run_at=row.created_at)
-    [again] = claims.claim(connection, worker="w1", queues=None, n=1)
+    [again] = claim.claim(connection, worker="w1", queues=None, n=1)
     last = error_entry(again.attempt, TimeoutError("too slow"), "w1")
     for _ in range(2):
         assert (
@@ -201,7 +201,7 @@ def test_a_retry_the_attempts_guard_dead_letters_is_reported_as_dead(
     received: dict[str, list[dict[str, Any]]],
 ) -> None:
     job = jobs.always_fails.using(max_attempts=3).enqueue()
-    [claimed] = claims.claim(connection, worker="w1", queues=None, n=1)
+    [claimed] = claim.claim(connection, worker="w1", queues=None, n=1)
     Job.objects.filter(id=job.id).update(max_attempts=1)  # lowered while it ran
     outcome = _failed(claimed)
     assert outcomes.write(connection, claimed, outcome) is True

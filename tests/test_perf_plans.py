@@ -26,7 +26,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from psycopg import sql as psycopg_sql
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.db import job_admin, job_outcome
 from django_pgjobs.db.errors import error_params
 from django_pgjobs.db.job_outcome import job_complete_many
@@ -77,16 +77,19 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("statement", "extra"),
     [
-        (claims.JOB_CLAIM_ONE_QUEUE, {"queue": "default"}),
-        (claims.JOB_CLAIM_QUEUES, {"queues": ["default", "emails"]}),
-        (claims.JOB_CLAIM_ALL, {}),
-        (claims.JOB_CLAIM_LEVELS, {"queues": ["default", "emails"], "levels": [5, 0]}),
+        (claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"], {"queue": "default"}),
+        (claim.claim_statements()["JOB_CLAIM_QUEUES"], {"queues": ["default", "emails"]}),
+        (claim.claim_statements()["JOB_CLAIM_ALL"], {}),
+        (
+            claim.claim_statements()["JOB_CLAIM_LEVELS"],
+            {"queues": ["default", "emails"], "levels": [5, 0]},
+        ),
     ],
     ids=["one-queue", "queues", "all", "levels"],
 )
 def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra: dict) -> None:
     _fill(HISTORY, 1000)
-    plan = _plan(statement, {"worker": "w", "n": 100, "since": claims.UNBOUNDED, **extra})
+    plan = _plan(statement, {"worker": "w", "n": 100, "since": claim.UNBOUNDED, **extra})
     assert "pgjobs_job_claim_idx" in plan, plan
     # No scan of the table itself: history never enters the claim.
     assert '"Node Type": "Seq Scan"' not in plan, plan
@@ -116,7 +119,7 @@ def test_claim_finds_its_rows_by_primary_key_before_the_statistics_catch_up(
         cur.execute(f"ANALYZE {JOB}")
     _fill(0, 30_000, analyze=False)
     plan = _generic_plan(
-        getattr(claims, name), {"worker": "w", "n": 100, "since": claims.UNBOUNDED, **extra}
+        claim.claim_statements()[name], {"worker": "w", "n": 100, "since": claim.UNBOUNDED, **extra}
     )
     assert '"Node Type": "Seq Scan"' not in plan, plan
     assert "Hash Join" not in plan, plan
@@ -127,7 +130,7 @@ def test_claim_finds_its_rows_by_primary_key_before_the_statistics_catch_up(
 def test_claim_and_complete_are_one_statement_each_without_savepoints() -> None:
     _fill(0, 200, queues=("default",))
     with CaptureQueriesContext(connection) as claimed_q:
-        claimed = claims.claim(connection, worker="w", queues=["default"], n=150)
+        claimed = claim.claim(connection, worker="w", queues=["default"], n=150)
     assert len(claimed) == 150
     with CaptureQueriesContext(connection) as done_q:
         done = job_complete_many(connection, [(c.id, c.lease, {"i": c.id}) for c in claimed])

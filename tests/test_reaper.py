@@ -16,9 +16,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
-from django_pgjobs import claims, signals
-from django_pgjobs.db.claim import Claimed
-from django_pgjobs.db.claim_limited import FLOW_LOCK_KEY
+from django_pgjobs import claim, signals
+from django_pgjobs.claim.limited import FLOW_LOCK_KEY
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.reap import JOB_REAP_STALE, job_reap_stale
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.maintenance.reaper import Reaper
@@ -210,15 +210,15 @@ def test_a_claim_that_waited_for_the_flow_lock_is_not_stale_when_it_commits() ->
     job = jobs.add.enqueue(1, 2)
     got: list[list[Claimed]] = []
 
-    def claim() -> None:
+    def claim_limited() -> None:
         try:
-            got.append(claims.claim(connection, worker="w", queues=None, n=5, limited=True))
+            got.append(claim.claim(connection, worker="w", queues=None, n=5, limited=True))
         finally:
             connections.close_all()
 
     with psycopg.connect(dsn(), autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", [FLOW_LOCK_KEY])
-        thread = threading.Thread(target=claim, daemon=True)
+        thread = threading.Thread(target=claim_limited, daemon=True)
         thread.start()
         waited = "SELECT extract(epoch FROM clock_timestamp() - xact_start) FROM pg_stat_activity"
         # This database only: CI's other legs share the server, and their workers wait

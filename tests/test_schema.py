@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.states import ACTIVE, ALLOWED_TRANSITIONS, TERMINAL, JobStatus, can_move
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +24,9 @@ def _indexes() -> dict[str, str]:
 
 def test_claim_index_is_partial_on_pending() -> None:
     indexes = _indexes()
-    claim = indexes["pgjobs_job_claim_idx"]
-    assert "(queue, priority DESC, run_at, id)" in claim
-    assert "WHERE ((status)::text = 'pending'::text)" in claim
+    claim_idx = indexes["pgjobs_job_claim_idx"]
+    assert "(queue, priority DESC, run_at, id)" in claim_idx
+    assert "WHERE ((status)::text = 'pending'::text)" in claim_idx
     assert "WHERE ((status)::text = 'running'::text)" in indexes["pgjobs_job_running_idx"]
     assert "idempotency_key IS NOT NULL" in indexes["pgjobs_job_idempotency_key_uniq"]
 
@@ -68,14 +68,17 @@ def test_claim_plan_uses_the_partial_index() -> None:
         cursor.execute("ANALYZE django_pgjobs_job")
     for statement, params in [
         (
-            claims.JOB_CLAIM_ONE_QUEUE,
-            {"queue": "default", "n": 10, "worker": "w", "since": claims.UNBOUNDED},
+            claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"],
+            {"queue": "default", "n": 10, "worker": "w", "since": claim.UNBOUNDED},
         ),
         (
-            claims.JOB_CLAIM_QUEUES,
-            {"queues": ["default", "emails"], "n": 10, "worker": "w", "since": claims.UNBOUNDED},
+            claim.claim_statements()["JOB_CLAIM_QUEUES"],
+            {"queues": ["default", "emails"], "n": 10, "worker": "w", "since": claim.UNBOUNDED},
         ),
-        (claims.JOB_CLAIM_ALL, {"n": 10, "worker": "w", "since": claims.UNBOUNDED}),
+        (
+            claim.claim_statements()["JOB_CLAIM_ALL"],
+            {"n": 10, "worker": "w", "since": claim.UNBOUNDED},
+        ),
     ]:
         plan = _explain(statement, params)
         assert "pgjobs_job_claim_idx" in plan, plan

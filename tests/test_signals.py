@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.dispatch import Signal
 
-from django_pgjobs import claims, signals
+from django_pgjobs import claim, signals
 from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.models import Job
 from django_pgjobs.worker import outcomes
@@ -98,7 +98,7 @@ def test_fenced_write_sends_job_fenced_and_changes_nothing(
     task = {"completed": jobs.add, "retry": jobs.always_fails, "dead": jobs.discard_me}[kind]
     job = task.enqueue(1, 2) if kind == "completed" else task.enqueue()
     Job.objects.filter(id=job.id).update(run_at=job.run_at.replace(year=2000))
-    [claimed] = claims.claim(connection, worker="zombie", queues=["default"], n=1)
+    [claimed] = claim.claim(connection, worker="zombie", queues=["default"], n=1)
     outcome = execute(claimed, worker="zombie", alias="default")
     assert outcome.kind == kind
     job_cancel(connection, [job.id])  # someone else moved the lease on

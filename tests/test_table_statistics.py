@@ -12,12 +12,12 @@ import pytest
 from django.db import connection
 from psycopg import sql as psycopg_sql
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.maintenance.statistics import FLOOR_PAGES, TableStatistics, stale
 from tests.test_perf_plans import _fill, _numbered
 
-PARAMS = {"worker": "w", "n": 10, "since": claims.UNBOUNDED, "queue": "default"}
+PARAMS = {"worker": "w", "n": 10, "since": claim.UNBOUNDED, "queue": "default"}
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def young_table() -> Iterator[Any]:
             " SELECT 'live', 'default', now() - interval '1 second' FROM generate_series(1, 5)"
         )
         cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        numbered, names = _numbered(claims.JOB_CLAIM_ONE_QUEUE)
+        numbered, names = _numbered(claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"])
         cur.execute(f"PREPARE young_claim AS {numbered}")
         arguments = psycopg_sql.SQL(", ").join(psycopg_sql.Literal(PARAMS[n]) for n in names)
         explain = (

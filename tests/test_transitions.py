@@ -22,8 +22,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_pgjobs import claims, db
-from django_pgjobs.db.claim import CLAIM_STATEMENTS
+from django_pgjobs import claim, db
+from django_pgjobs.claim.plain import CLAIM_STATEMENTS
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import (
     job_complete_many,
@@ -104,7 +104,7 @@ def _in_workflow(job: Job) -> None:
 
 
 def _claim(job: Job) -> Any:
-    return claims.claim(connection, worker="w-test", queues=[job.queue], n=1)
+    return claim.claim(connection, worker="w-test", queues=[job.queue], n=1)
 
 
 def _dead_unknown(job: Job) -> Any:
@@ -262,10 +262,18 @@ def test_every_allowed_transition_has_an_operation() -> None:
     assert can_move(JobStatus.RUNNING, JobStatus.DEAD)
 
 
-def _declared_moves() -> dict[str, tuple[tuple[str, str], ...]]:
-    """Every module of db/ imported, so each has declared its statements' moves."""
-    for info in pkgutil.iter_modules(db.__path__, "django_pgjobs.db."):
+def _statement_modules() -> list[Any]:
+    """The modules that hold statements: every module of db/ and claim/."""
+    return [
         importlib.import_module(info.name)
+        for package in (db, claim)
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + ".")
+    ]
+
+
+def _declared_moves() -> dict[str, tuple[tuple[str, str], ...]]:
+    """Every module of db/ and claim/ imported, so each has declared its statements' moves."""
+    _statement_modules()
     return MOVES
 
 
@@ -275,10 +283,7 @@ def test_every_declared_move_is_allowed_and_every_allowed_move_has_a_statement()
         name
         for name in declared
         if name not in CLAIM_STATEMENTS
-        and not any(
-            hasattr(importlib.import_module(info.name), name)
-            for info in pkgutil.iter_modules(db.__path__, "django_pgjobs.db.")
-        )
+        and not any(hasattr(module, name) for module in _statement_modules())
     }
     assert not undeclared, f"moves declared for statements that do not exist: {undeclared}"
     not_allowed = {
@@ -424,7 +429,7 @@ def test_reap_and_retry_now_leave_fresh_running_rows_alone() -> None:
 def test_claim_skips_future_run_at() -> None:
     job = make_job(JobStatus.PENDING, queue="later", run_at_delta=3600)
     before = snapshot(job.id)
-    assert claims.claim(connection, worker="w", queues=["later"], n=5) == []
+    assert claim.claim(connection, worker="w", queues=["later"], n=5) == []
     assert snapshot(job.id) == before
 
 

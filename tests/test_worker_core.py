@@ -18,8 +18,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import OperationalError, connection, connections
 
-from django_pgjobs import JobTimeout, chain, claims, signals
-from django_pgjobs.db.claim import pending_queues
+from django_pgjobs import JobTimeout, chain, claim, signals
+from django_pgjobs.claim.plain import pending_queues
 from django_pgjobs.db.job_insert import JOB_INSERT
 from django_pgjobs.db.job_outcome import (
     JOB_COMPLETE_MANY,
@@ -84,7 +84,7 @@ def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once
 ) -> None:
     ids = [jobs.add.enqueue(i, i).id for i in range(3)]
     failing = jobs.always_fails.enqueue().id
-    claimed = claims.claim(connection, worker="w", queues=None, n=10)
+    claimed = claim.claim(connection, worker="w", queues=None, n=10)
     assert {c.id for c in claimed} == {*ids, failing}
     worker = Worker(maintenance=False)
     batch = []
@@ -115,7 +115,7 @@ def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once
 def test_outcome_writes_recognise_their_own_committed_write() -> None:
     a, b = jobs.noop.enqueue().id, jobs.noop.enqueue().id
     first, second = sorted(
-        claims.claim(connection, worker="w", queues=None, n=2), key=lambda c: c.id
+        claim.claim(connection, worker="w", queues=None, n=2), key=lambda c: c.id
     )
     items = [(first.id, first.lease, None)]
     assert job_complete_many(connection, items) == {a}
@@ -130,7 +130,7 @@ def test_outcome_writes_recognise_their_own_committed_write() -> None:
 
 def test_retry_never_leaves_a_row_pending_with_its_attempts_used_up() -> None:
     job = jobs.noop.using(max_attempts=1).enqueue()
-    [c] = claims.claim(connection, worker="w", queues=None, n=1)
+    [c] = claim.claim(connection, worker="w", queues=None, n=1)
     assert job_retry(
         connection, id=job.id, lease=c.lease, delay=0, error=error_entry(1, ValueError("x"), "w")
     )
@@ -149,10 +149,10 @@ def test_hot_cursor_honours_execute_wrappers() -> None:
         return execute(sql_text, params, many, context)
 
     with connection.execute_wrapper(spy):
-        claimed = claims.claim(connection, worker="w", queues=None, n=1)
+        claimed = claim.claim(connection, worker="w", queues=None, n=1)
         job_complete_many(connection, [(claimed[0].id, claimed[0].lease, None)])
         jobs.noop.enqueue()
-    assert claims.JOB_CLAIM_ALL in seen and JOB_COMPLETE_MANY_REDO in seen
+    assert claim.claim_statements()["JOB_CLAIM_ALL"] in seen and JOB_COMPLETE_MANY_REDO in seen
     assert pending_queues(connection) == ["default"]
     assert JOB_INSERT in seen
 
@@ -170,7 +170,7 @@ def test_hot_statements_are_prepared_unless_told_not_to(
     settings.PGJOBS = {**settings.PGJOBS, "PREPARE": setting}
     connection.close()  # a fresh connection decides afresh
     jobs.noop.enqueue()
-    claims.claim(connection, worker="w", queues=None, n=1)
+    claim.claim(connection, worker="w", queues=None, n=1)
     prepared = _prepared_names()
     assert any("pg_notify" in s and "INSERT INTO" in s for s in prepared) is expect
     assert any("SKIP LOCKED" in s for s in prepared) is expect
@@ -253,7 +253,7 @@ def test_a_stale_heartbeat_never_cancels_the_next_claim_of_the_same_job() -> Non
     lost; only a run holding the lease the heartbeat sent is cancelled. (Seen in CI: a
     false ``job_fenced`` for attempt 2 under load.)"""
     job = jobs.add.enqueue(1, 2)
-    [first] = claims.claim(connection, worker="w-core", queues=[job.queue], n=1)
+    [first] = claim.claim(connection, worker="w-core", queues=[job.queue], n=1)
     stale_snapshot = [(first.id, first.lease)]
     assert (
         job_retry(
@@ -265,7 +265,7 @@ def test_a_stale_heartbeat_never_cancels_the_next_claim_of_the_same_job() -> Non
         )
         == "pending"
     )
-    [second] = claims.claim(connection, worker="w-core", queues=[job.queue], n=1)
+    [second] = claim.claim(connection, worker="w-core", queues=[job.queue], n=1)
     assert second.lease != first.lease
     table = InFlightTable()
     entry = InFlight(claimed=second, context=make_context(second, "w-core"))
@@ -309,7 +309,7 @@ def test_a_stopping_worker_waits_for_outcomes_not_yet_on_the_completers_queue() 
     stayed running, left to the reaper)."""
     jobs.noop.enqueue()
     jobs.noop.enqueue()
-    first, second = claims.claim(connection, worker="w", queues=None, n=2)
+    first, second = claim.claim(connection, worker="w", queues=None, n=2)
     table = InFlightTable()
     done = InFlight(first, make_context(first, "w"))
     timed = InFlight(second, make_context(second, "w"), timeout=0.1)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_pgjobs import claims, signals
+from django_pgjobs import claim, signals
 from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
@@ -109,7 +109,7 @@ def test_dead_letter_when_attempts_run_out() -> None:
 
 def test_retry_run_at_follows_full_jitter_backoff() -> None:
     job = jobs.always_fails.using(max_attempts=5).enqueue()
-    [claimed] = claims.claim(connection, worker="w", queues=["default"], n=1)
+    [claimed] = claim.claim(connection, worker="w", queues=["default"], n=1)
     from django_pgjobs.worker import outcomes
     from django_pgjobs.worker.executor import execute
 

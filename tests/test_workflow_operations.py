@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
-from django_pgjobs import batch, chain, chord, claims
+from django_pgjobs import batch, chain, chord, claim
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.health import overview
 from django_pgjobs.health.metrics import QueueCollector
@@ -49,7 +49,7 @@ def without_triggers(action: Any) -> Any:
 
 def test_repair_releases_what_a_trigger_never_saw(caplog: Any) -> None:
     run = chain(w.double.s(1), w.double.s()).enqueue()
-    (claimed,) = claims.claim(connection, worker="w", queues=None, n=1)
+    (claimed,) = claim.claim(connection, worker="w", queues=None, n=1)
     without_triggers(lambda: job_complete_many(connection, [(claimed.id, claimed.lease, 2)]))
     assert Job.objects.get(id=run.jobs[1].id).status == "blocked"
     result = WorkflowRepair(min_age=0).run_once()
@@ -68,7 +68,7 @@ def test_repair_leaves_jobs_blocked_for_less_than_a_minute_to_later_passes() -> 
     """A young workflow is draining: its recount would hold the callback's row while
     the members' completions wait. A job blocked a minute or more is looked at."""
     run = chain(w.double.s(1), w.double.s()).enqueue()
-    (claimed,) = claims.claim(connection, worker="w", queues=None, n=1)
+    (claimed,) = claim.claim(connection, worker="w", queues=None, n=1)
     without_triggers(lambda: job_complete_many(connection, [(claimed.id, claimed.lease, 2)]))
     repair = WorkflowRepair()
     assert repair.min_age == 60.0

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_pgjobs import chord, claims, group
+from django_pgjobs import chord, claim, group
 from django_pgjobs.db import workflows as workflow_db
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.workflow_trigger import WORKFLOW_FUNCTIONS
@@ -53,7 +53,7 @@ def complete_cost(job: Job) -> dict[str, tuple[int, int, int]]:
     """Claim ``job`` (the lowest id pending in its queue), then measure its completion
     alone, with the session's cached plans discarded first: each measurement plans
     the trigger's statements afresh, so two measurements compare like with like."""
-    (claimed,) = claims.claim(connection, worker="w", queues=[job.queue], n=1)
+    (claimed,) = claim.claim(connection, worker="w", queues=[job.queue], n=1)
     assert claimed.id == job.id
     with connection.cursor() as cursor:
         cursor.execute("DISCARD PLANS")

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from django.core.management import call_command
 
-from django_pgjobs import Workflow, WorkflowRun, chord, claims, group
+from django_pgjobs import Workflow, WorkflowRun, chord, claim, group
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.models import Job, JobResult
 from tests import workflow_jobs as w
@@ -134,7 +134,7 @@ def test_completion_and_release_are_one_transaction(other_connection: psycopg.Co
     for attempt in ("killed", "committed"):
         conn = psycopg.connect(dsn())
         try:
-            claimed = claims.claim(conn, worker="w", queues=None, n=2)
+            claimed = claim.claim(conn, worker="w", queues=None, n=2)
             conn.commit()
             assert {c.id for c in claimed} <= {j.id for j in run.jobs[:2]}
             done = job_complete_many(conn, [(c.id, c.lease, 1) for c in claimed], redo=False)

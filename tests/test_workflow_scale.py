@@ -14,7 +14,7 @@ import re
 import pytest
 from django.db import connection
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import DEPENDENCY, JOB
 from django_pgjobs.db.workflow_trigger import _STEP_FUNCTION
@@ -124,7 +124,7 @@ def test_a_completion_batch_of_a_young_chord_reads_its_edges_by_index() -> None:
         if analysed:
             with connection.cursor() as cursor:
                 cursor.execute(f"ANALYZE {DEPENDENCY}")
-        claimed = claims.claim(connection, worker="w", queues=["young"], n=300)
+        claimed = claim.claim(connection, worker="w", queues=["young"], n=300)
         assert len(claimed) == 300
         with connection.cursor() as cursor:
             cursor.execute("DISCARD PLANS")  # the step plans afresh, on these statistics

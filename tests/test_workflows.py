@@ -421,7 +421,7 @@ def test_run_jobs_of_one_queue_leaves_the_others_waiting() -> None:
 def test_a_node_that_times_out_counts_as_failed() -> None:
     """The worker gives up on a run past its timeout (written like any failure): its
     dependents are cancelled; with "run" they run anyway."""
-    from django_pgjobs import claims
+    from django_pgjobs import claim
     from django_pgjobs.db.job_outcome import job_timed_out
     from django_pgjobs.worker.executor import timed_out
 
@@ -430,7 +430,7 @@ def test_a_node_that_times_out_counts_as_failed() -> None:
     after = wf.add(w.double.si(1), after=[slow])
     anyway = wf.add(w.double.si(2), after=[slow], on_parent_failure="run")
     run = wf.enqueue()
-    (claimed,) = claims.claim(connection, worker="w", queues=None, n=1)
+    (claimed,) = claim.claim(connection, worker="w", queues=None, n=1)
     outcome = timed_out(claimed, 0.3, "w")
     assert outcome.kind == "dead"  # max_attempts=1
     assert job_timed_out(

@@ -19,3 +19,10 @@ the statements.
 The locks each statement takes are commented beside it. Nothing here is imported
 by the storage layer (``db/``) it runs on.
 """
+
+from django_pgjobs.claim.compiled import claim_statements
+from django_pgjobs.claim.plain import UNBOUNDED
+from django_pgjobs.claim.rows import Claimed
+from django_pgjobs.claim.run import claim
+
+__all__ = ["UNBOUNDED", "Claimed", "claim", "claim_statements"]

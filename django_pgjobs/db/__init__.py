@@ -1,5 +1,7 @@
-"""Every SQL statement of the package, by table and purpose, and the functions that run
-them (a statement ``JOB_RETRY`` is run by ``job_retry()``: one grep finds either).
+"""The package's storage: every SQL statement but the claim's, by table and purpose, and
+the functions that run them (a statement ``JOB_RETRY`` is run by ``job_retry()``: one
+grep finds either). The claim's statements live beside the claim (``claim/``) and run
+on this package's cursors.
 
 Why raw SQL: each statement here is one round trip that the ORM would split into
 several (select-then-update, update-then-insert). Locking rules, used everywhere:
@@ -18,5 +20,5 @@ one status to another declares its moves next to its text (``moves.declare``);
 ``tests/test_transitions.py`` holds them to ``states.ALLOWED_TRANSITIONS``.
 
 This package imports no model: the claim's inner query, compiled from
-``Job.objects.claimable()``, is put together one layer up (``claims.py``).
+``Job.objects.claimable()``, is put together one layer up (``claim/compiled.py``).
 """

@@ -7,7 +7,7 @@ went on leaves ``running`` at once, yet its thread (or a frozen worker's) may ru
 on. Each statement that writes off such a run records, **in the same statement**, a
 row of ``django_pgjobs_heldslot`` for it: (job, lease of the run, worker, queue,
 concurrency key). The limited claim counts these beside the running rows
-(``claim_limited.py``), so the slot stays taken until one of:
+(``claim/limited.py``), so the slot stays taken until one of:
 
 * the run's worker has seen the run end (its thread returned, its task ended) and
   gives the slot back (``HELD_SLOT_FREE``, fenced by job, lease and worker: a later

@@ -13,8 +13,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from django_pgjobs import flow, signals
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.claim import Claimed
 from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.safetext import printable
 from django_pgjobs.states import JobStatus

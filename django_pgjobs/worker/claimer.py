@@ -23,7 +23,7 @@ from django.db import DatabaseError, connections
 
 from django_pgjobs import flow, registry, signals, tracing
 from django_pgjobs.claim.front import ClaimFront
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import (
     job_dead_exhausted,
     job_heartbeat,

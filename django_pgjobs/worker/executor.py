@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from django.db import connections, transaction
 
 from django_pgjobs import registry, tracing
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
 from django_pgjobs.context import JobContext
-from django_pgjobs.db.claim import Claimed
 from django_pgjobs.db.job_outcome import encode_result, result_by_key
 from django_pgjobs.decoding import Undecodable
 from django_pgjobs.definition import JobDefinition

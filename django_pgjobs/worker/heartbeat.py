@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import JOB_HEARTBEAT_PULSE, job_heartbeat
 from django_pgjobs.db.workers import WORKER_DELETE, WORKER_UPSERT
 from django_pgjobs.pgconn import psycopg_params, session_setup

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_pgjobs import tracing
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.context import JobContext
-from django_pgjobs.db.claim import Claimed
 
 QUEUED = "queued"
 RUNNING = "running"

@@ -35,7 +35,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_pgjobs import registry
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.errors import error_entry, exception_type, storable
 from django_pgjobs.exceptions import JobCrashed, LeaseLost
 from django_pgjobs.worker import executor, outcomes

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import signals
-from django_pgjobs.db.claim import Claimed
+from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import (
     Encoded,
     job_complete_many,

@@ -72,13 +72,13 @@ def _normal(text: str) -> str:
 
 def db_constants() -> dict[str, str]:
     """The SQL statements of ``django_pgjobs.db`` and ``django_pgjobs.claim`` (every
-    module's constants) and the compiled claims (``claims.claim_statements``), each
+    module's constants) and the compiled claims (``claim.claim_statements``), each
     named after its package: ``db.NAME`` or ``claim.NAME`` -> text. The LISTEN
     connection's statements are named apart (``listener:...``)."""
     import importlib
     import pkgutil
 
-    from django_pgjobs import claim, claims, db
+    from django_pgjobs import claim, db
 
     out: dict[str, str] = {}
     for package in (db, claim):
@@ -98,7 +98,7 @@ def db_constants() -> dict[str, str]:
                     assert out.get(named, value) == value, f"two statements are named {named}"
                     out[named] = value
     # The claims are compiled from Job.objects.claimable on first use, not module text.
-    out.update({f"claim.{n}": t for n, t in claims.claim_statements().items()})
+    out.update({f"claim.{n}": t for n, t in claim.claim_statements().items()})
     return out
 
 

@@ -137,17 +137,17 @@ PROBE_ENV = (("PGJOBS_TEST_PROBE_EVERY", "0.3"),)
 ROWS: tuple[Row, ...] = (
     # A worker of every queue reads the queues with pending jobs, then claims from
     # them by name (JOB_CLAIM_ONE_QUEUE here: the workload has one queue).
-    Row("worker: find the queues with pending jobs", "db.PENDING_QUEUES", "worker"),
-    Row("worker: claim, every queue", "db.JOB_CLAIM_ONE_QUEUE", "worker"),
+    Row("worker: find the queues with pending jobs", "claim.PENDING_QUEUES", "worker"),
+    Row("worker: claim, every queue", "claim.JOB_CLAIM_ONE_QUEUE", "worker"),
     Row(
         "worker: claim, one queue",
-        "db.JOB_CLAIM_ONE_QUEUE",
+        "claim.JOB_CLAIM_ONE_QUEUE",
         "worker",
         args=("--queues", "default"),
     ),
     Row(
         "worker: claim, several queues",
-        "db.JOB_CLAIM_QUEUES",
+        "claim.JOB_CLAIM_QUEUES",
         "worker",
         args=("--queues", "default,other"),
     ),
@@ -168,46 +168,46 @@ ROWS: tuple[Row, ...] = (
     # task with a concurrency key, makes it take FLOW_LOCK and the limited claim.
     Row(
         "worker: claim known tasks, every queue",
-        "db.JOB_CLAIM_ONE_QUEUE_KNOWN",  # by name, from db.PENDING_QUEUES
+        "claim.JOB_CLAIM_ONE_QUEUE_KNOWN",  # by name, from claim.PENDING_QUEUES
         "worker",
         setup="unknown",
     ),
     Row(
         "worker: claim known tasks, one queue",
-        "db.JOB_CLAIM_ONE_QUEUE_KNOWN",
+        "claim.JOB_CLAIM_ONE_QUEUE_KNOWN",
         "worker",
         args=("--queues", "default"),
         setup="unknown",
     ),
     Row(
         "worker: claim known tasks, several queues",
-        "db.JOB_CLAIM_QUEUES_KNOWN",
+        "claim.JOB_CLAIM_QUEUES_KNOWN",
         "worker",
         args=("--queues", "default,other"),
         setup="unknown",
     ),
     Row(
         "worker: limited claim, every queue (max_running)",
-        "db.JOB_CLAIM_LIMITED_ALL",
+        "claim.JOB_CLAIM_LIMITED_ALL",
         "worker",
         setup="max_running",
     ),
     Row(
         "worker: limited claim, every queue (keyed job)",
-        "db.JOB_CLAIM_LIMITED_ALL",
+        "claim.JOB_CLAIM_LIMITED_ALL",
         "worker",
         setup="keyed",
         env=(("PGJOBS_TEST_KEYED", "1"),),
     ),
     Row(
         "worker: limited claim, listed queues (rate)",
-        "db.JOB_CLAIM_LIMITED_QUEUES",
+        "claim.JOB_CLAIM_LIMITED_QUEUES",
         "worker",
         args=("--queues", "default,other"),
         setup="rate",
     ),
-    Row("worker: limited claim's advisory lock", "db.FLOW_LOCK", "worker", setup="max_running"),
-    Row("worker: read the queue limits", "db.QUEUE_LIMITS", "worker", setup="max_running"),
+    Row("worker: limited claim's advisory lock", "claim.FLOW_LOCK", "worker", setup="max_running"),
+    Row("worker: read the queue limits", "claim.QUEUE_LIMITS", "worker", setup="max_running"),
     Row("worker: heartbeat", "db.JOB_HEARTBEAT", "worker"),
     # runjobs' start-up check (db/readiness.py): a failure is "cannot reach the
     # database", not fatal, so the worker starts and its loop retries.
@@ -341,7 +341,7 @@ ROWS: tuple[Row, ...] = (
     # pending queue).
     Row(
         "worker: claim by priority level",
-        "db.JOB_CLAIM_LEVELS",
+        "claim.JOB_CLAIM_LEVELS",
         "worker",
         args=("--queues", "default", "--concurrency", "4"),
         env=PROBE_ENV,
@@ -349,7 +349,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "worker: claim known tasks by priority level",
-        "db.JOB_CLAIM_LEVELS_KNOWN",
+        "claim.JOB_CLAIM_LEVELS_KNOWN",
         "worker",
         args=("--queues", "default", "--concurrency", "4"),
         setup="unknown",
@@ -587,7 +587,7 @@ ROWS: tuple[Row, ...] = (
         action="retry_failed_workflow",
         times=0,
     ),
-    Row("run_jobs: claim", "db.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
+    Row("run_jobs: claim", "claim.JOB_CLAIM_ALL_KNOWN", "driver", action="run_jobs"),
     Row("run_jobs: complete", "db.JOB_COMPLETE_MANY_REDO", "driver", action="run_jobs"),
     Row("run_jobs: retry", "db.JOB_RETRY", "driver", action="run_jobs"),
     Row("run_jobs: dead-letter", "db.JOB_DEAD", "driver", action="run_jobs"),
@@ -615,8 +615,8 @@ ROWS: tuple[Row, ...] = (
 #: Statements of db/ no Django connection issues (DDL of migrations, unused, or run by
 #: the heartbeat process only, whose rows name them pulse:...).
 NOT_RUNTIME = {
-    "db.JOB_CLAIM_ALL": "claims.claim(queues=None) without a task filter; a worker of every"
-    " queue claims by name from db.PENDING_QUEUES instead (flow.FlowState)",
+    "claim.JOB_CLAIM_ALL": "claim.claim(queues=None) without a task filter; a worker of every"
+    " queue claims by name from claim.PENDING_QUEUES instead (flow.FlowState)",
     "db.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
     "db.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
     "db.JOB_HEARTBEAT_PULSE": "run by the heartbeat process alone (pulse.py: psycopg without"

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.reap import job_reap_stale
 from tests.faults.conftest import DBNAME
@@ -109,7 +109,7 @@ def race_round(
         barrier.wait()
         got: dict[int, int] = {}
         for _ in range(3):
-            for c in claims.claim(conns[2], worker="new", queues=None, n=5):
+            for c in claim.claim(conns[2], worker="new", queues=None, n=5):
                 got[c.id] = c.lease
         results["reclaimed"] = got
 

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from django_pgjobs import claims
+from django_pgjobs import claim
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import (
     job_complete_many,
@@ -97,7 +97,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 3), queues=st.sampled_from([None, ["a"], ["a", "b"]]))
     def claim(self, n: int, queues: list[str] | None) -> None:
         self.step("claim")
-        for c in claims.claim(self.conn, worker="w", queues=queues, n=n):
+        for c in claim.claim(self.conn, worker="w", queues=queues, n=n):
             assert c.lease > self.max_lease.get(c.id, 0), "a lease was handed out twice"
             assert c.attempt <= c.max_attempts
             self.max_lease[c.id] = c.lease

@@ -254,7 +254,7 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
         for line in path.read_text().splitlines():
             name, text = json.loads(line)
             out.setdefault(name, {}).setdefault(caller, text)
-    assert any(n.startswith("db.JOB_CLAIM") for n in out), "capture saw no claim"
+    assert any(n.startswith("claim.JOB_CLAIM") for n in out), "capture saw no claim"
     assert any(n.startswith("pulse:") for n in out), "capture saw no heartbeat process beat"
     return out
 
@@ -321,24 +321,24 @@ def test_matrix_covers_every_statement(
     # 3. Every row's statement is issued by this lifecycle, or by the workload of its
     # own cells (flow control, timeouts, exhausted rows, delays, --queues).
     own_workload = {
-        "db.JOB_CLAIM_ONE_QUEUE",
-        "db.JOB_CLAIM_QUEUES",
+        "claim.JOB_CLAIM_ONE_QUEUE",
+        "claim.JOB_CLAIM_QUEUES",
         "claim.FRONT_PROBE_ALL",  # every 10 s, once a claim set a bound
         "claim.FRONT_PROBE_QUEUES",
-        "db.JOB_CLAIM_LEVELS",  # after a probe, as the probe's rows
-        "db.JOB_CLAIM_LEVELS_KNOWN",
+        "claim.JOB_CLAIM_LEVELS",  # after a probe, as the probe's rows
+        "claim.JOB_CLAIM_LEVELS_KNOWN",
         "db.JOB_TIMED_OUT",
         "db.JOB_RELEASE_MANY",  # a stop while jobs wait claimed ahead of the threads
         "db.HELD_SLOT_FREE",
         "db.JOB_DEAD_EXHAUSTED",
         "db.JOB_INSERT_DELAYED",
-        "db.JOB_CLAIM_ALL_KNOWN",
-        "db.JOB_CLAIM_ONE_QUEUE_KNOWN",
-        "db.JOB_CLAIM_QUEUES_KNOWN",
-        "db.JOB_CLAIM_LIMITED_ALL",
-        "db.JOB_CLAIM_LIMITED_QUEUES",
-        "db.FLOW_LOCK",
-        "db.QUEUE_LIMITS",
+        "claim.JOB_CLAIM_ALL_KNOWN",
+        "claim.JOB_CLAIM_ONE_QUEUE_KNOWN",
+        "claim.JOB_CLAIM_QUEUES_KNOWN",
+        "claim.JOB_CLAIM_LIMITED_ALL",
+        "claim.JOB_CLAIM_LIMITED_QUEUES",
+        "claim.FLOW_LOCK",
+        "claim.QUEUE_LIMITS",
         "db.JOB_INSERT_FLOW",
         "db.JOB_INSERT_FLOW_DELAYED",
         "db.JOB_DEAD_UNKNOWN",

@@ -1,6 +1,6 @@
 """The limited claim (flow control: pause, ``max_running``, ``rate``, concurrency keys):
 serialised by an advisory lock, it counts what runs (running rows and held slots,
-``held_slots.py``) and ranks before it locks."""
+``db/held_slots.py``) and ranks before it locks."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import registry
-from django_pgjobs.db.claim import _CLAIM_SET, _PENDING_QUEUES, Claimed, from_rows, task_array
+from django_pgjobs.claim.plain import mark_running, task_array
+from django_pgjobs.claim.rows import Claimed, from_rows
 from django_pgjobs.db.moves import declare
-from django_pgjobs.db.tables import HELD_SLOT, JOB, QUEUE
+from django_pgjobs.db.tables import HELD_SLOT, JOB, QUEUE, pending_queues_cte
 from django_pgjobs.states import JobStatus
 
 # Every limited claim first takes this transaction-level advisory lock, in its own
@@ -107,7 +108,7 @@ _FLOW_PICK = f"""cand AS (
     SELECT j.id FROM {JOB} j JOIN chosen ON chosen.id = j.id
      WHERE j.status = '{JobStatus.PENDING}'
        FOR UPDATE OF j SKIP LOCKED
-), claimed AS ({_CLAIM_SET}), logged AS (
+), claimed AS ({mark_running()}), logged AS (
     -- the sliding window of the rate limit: this claim's starts, and the starts
     -- of the last period. now() is the transaction's start, which can precede the
     -- lock grant (and a claim that committed before): counting every entry newer
@@ -134,7 +135,7 @@ WITH qs(name) AS (SELECT unnest(%(queues)s::text[])),
 
 # Limited claim from every queue with pending rows (loose index scan, as above).
 JOB_CLAIM_LIMITED_ALL = f"""
-WITH RECURSIVE {_PENDING_QUEUES},
+WITH RECURSIVE {pending_queues_cte()},
 {_FLOW_ALLOWANCE},
 {_FLOW_PICK}
 """

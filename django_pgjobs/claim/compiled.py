@@ -1,38 +1,31 @@
-"""The claim, put together: ``Job.objects.claimable()`` compiled into the inner query of
-the ``JOB_CLAIM_*`` statements (their hand-written parts are in ``db/claim.py``), and
-``claim()``, which runs the right one — or the limited claim of ``db/claim_limited.py``.
+"""The plain claims' statements: ``Job.objects.claimable()`` compiled into the inner
+query of the ``JOB_CLAIM_*`` statements around their hand-written parts
+(``plain.py``), once per database vendor, by an explicit call
+(``claim_statements``).
 
-Why here and not in ``db/``: compiling needs the model's queryset, and ``db/`` sits
-below the models (``Job.objects`` runs its statements). This module sits above them.
+Why not in ``db/``: compiling needs the model's queryset, and ``db/`` sits below the
+models (``Job.objects`` runs its statements). The claim package sits above them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psycopg
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField
 from django.db.models.expressions import RawSQL
 
-from django_pgjobs.conf import get_settings
-from django_pgjobs.db.claim import (
+from django_pgjobs.claim.plain import (
     CLAIM_STATEMENTS,
-    UNBOUNDED,
-    Claimed,
     claim_all,
     claim_levels,
     claim_one_queue,
     claim_queues,
-    job_claim,
-    task_array,
 )
-from django_pgjobs.db.claim_limited import job_claim_limited
-from django_pgjobs.db.cursor import Connection
+from django_pgjobs.conf import get_settings
 from django_pgjobs.managers import StatementParam
 from django_pgjobs.states import JobStatus
 
@@ -64,9 +57,9 @@ def claim_statements(connection: Any = None) -> dict[str, str]:
 
 def compile_claims(connection: BaseDatabaseWrapper) -> dict[str, str]:
     """Compile the claim statements with ``connection``'s backend (never connecting)."""
-    # Not at import: flow.py imports this module, and flow may be imported before the
-    # app registry is ready (``from django_pgjobs import pause_queue`` in a settings-time
-    # module); the model exists only then.
+    # Not at import: the claim package may be imported before the app registry is
+    # ready (the test settings set the claim front's probe interval); the model
+    # exists only then.
     from django_pgjobs.models import Job
 
     offline = _offline(connection)
@@ -141,69 +134,3 @@ def _offline(connection: BaseDatabaseWrapper) -> BaseDatabaseWrapper:
     )
     offline: BaseDatabaseWrapper = backend(connection.settings_dict, alias=connection.alias)
     return offline
-
-
-def claim(
-    connection: Connection,
-    *,
-    worker: str,
-    queues: Sequence[str] | None,
-    n: int,
-    tasks: Sequence[str] | None = None,
-    limited: bool = False,
-    since: datetime | None = None,
-    levels: Sequence[int] | None = None,
-) -> list[Claimed]:
-    """Claim up to ``n`` due jobs (``queues=None``: every queue) in one round trip:
-    the rows of ``Job.objects.claimable(queues, tasks=tasks, since=since)``, marked
-    running.
-
-    ``tasks``: claim only jobs of these tasks (the worker's registry; None: any).
-    ``limited``: some queue in scope is paused or limited, or a known task has a
-    concurrency key (see ``flow.FlowState``): take the serialised limited claim.
-    ``since``: only jobs with ``run_at >= since`` (``claim/front.py``; not the
-    limited claim, which ranks every pending job of its queues).
-    ``levels``: with ``since`` and named queues, only jobs of these priorities, each
-    level's scan seeking to the bound (``JOB_CLAIM_LEVELS``; ``claim/front.py``).
-    """
-    if limited:
-        if isinstance(connection, psycopg.Connection):
-            raise TypeError("the limited claim runs on Django's connection only")
-        return job_claim_limited(connection, worker=worker, queues=queues, n=n, tasks=tasks)
-    params: dict[str, Any] = {"worker": worker, "n": n, "since": since or UNBOUNDED}
-    statements = claim_statements(connection)
-    known = tasks is not None
-    if known:
-        params["tasks"] = task_array(tuple(tasks or ()))
-    if levels is not None and since is not None and queues is not None:
-        statement = statements["JOB_CLAIM_LEVELS_KNOWN" if known else "JOB_CLAIM_LEVELS"]
-        params["queues"] = list(queues)
-        params["levels"] = list(levels)
-    elif queues is None:
-        statement = statements["JOB_CLAIM_ALL_KNOWN" if known else "JOB_CLAIM_ALL"]
-    elif len(queues) == 1:
-        statement = statements["JOB_CLAIM_ONE_QUEUE_KNOWN" if known else "JOB_CLAIM_ONE_QUEUE"]
-        params["queue"] = queues[0]
-    else:
-        statement = statements["JOB_CLAIM_QUEUES_KNOWN" if known else "JOB_CLAIM_QUEUES"]
-        params["queues"] = list(queues)
-    return job_claim(connection, statement, params)
-
-
-if TYPE_CHECKING:
-    JOB_CLAIM_ONE_QUEUE: str
-    JOB_CLAIM_QUEUES: str
-    JOB_CLAIM_ALL: str
-    JOB_CLAIM_ONE_QUEUE_KNOWN: str
-    JOB_CLAIM_QUEUES_KNOWN: str
-    JOB_CLAIM_ALL_KNOWN: str
-    JOB_CLAIM_LEVELS: str
-    JOB_CLAIM_LEVELS_KNOWN: str
-else:
-
-    def __getattr__(name: str) -> str:
-        """``claims.JOB_CLAIM_ALL`` and the others read like the module's constants
-        (tests, bench, docs): the statements compiled for ``PGJOBS["DATABASE"]``."""
-        if name in CLAIM_STATEMENTS:
-            return claim_statements()[name]
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

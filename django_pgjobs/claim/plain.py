@@ -1,31 +1,29 @@
-"""The claim's hand-written parts: the UPDATE that marks the picked rows running, the
-outer queries of the several-queue and every-queue claims, the pending-queue list,
-and what a claimed row becomes (``Claimed``). The inner query that picks the rows is
-compiled from ``Job.objects.claimable()`` by ``claims.py``, which puts the
-``JOB_CLAIM_*`` statements together from these and runs them with ``job_claim``."""
+"""The plain claim's hand-written parts: the UPDATE that marks the picked rows running,
+the outer queries of the several-queue and every-queue claims, and the pending-queue
+list. The inner query that picks the rows is compiled from ``Job.objects.claimable()``
+by ``compiled.py``, which puts the ``JOB_CLAIM_*`` statements together from these;
+``job_claim`` runs one."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.types.string import TextLoader
 
-from django_pgjobs.db.cursor import Connection, hot_cursor, json_value_or_placeholder
-from django_pgjobs.db.epoch import epoch_us, from_epoch_us
+from django_pgjobs.claim.rows import Claimed, from_rows
+from django_pgjobs.db.cursor import Connection, hot_cursor
+from django_pgjobs.db.epoch import epoch_us
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import ASYNC_COMMIT, JOB, pending_queues_cte
-from django_pgjobs.decoding import Undecodable
 from django_pgjobs.states import JobStatus
 
 # Where the claim's SQL comes from. The rows a claim takes are the queryset
 # ``Job.objects.claimable(queue)`` (managers.py): due pending jobs in claim-index
 # order, ``select_for_update(skip_locked=True)``. It is compiled once per database
-# vendor, on first use and without a round trip (claims.claim_statements), into the inner
+# vendor, on first use and without a round trip (compiled.claim_statements), into the inner
 # SELECT of one ``WITH picked AS (...) UPDATE ... RETURNING`` statement, so a claim
 # stays one round trip with one constant text that the server prepares once.
 # Hand-written around it, because the ORM cannot say it at no cost: the UPDATE that
@@ -34,7 +32,7 @@ from django_pgjobs.states import JobStatus
 # which runs the queryset once per queue as a LATERAL subquery of unnest(...) (no
 # LATERAL or set-returning FROM in the ORM); the every-queue claim's queue list, a
 # recursive CTE (no WITH RECURSIVE in the ORM; its two index probes are one line
-# each, and ACTIVE_QUEUES shares it); and the limited claim further down, whose
+# each, and ACTIVE_QUEUES shares it); and the limited claim (limited.py), whose
 # per-queue scan reads the CTEs ``allowance`` and ``busy`` and locks rows only after
 # ranking them.
 
@@ -49,7 +47,7 @@ from django_pgjobs.states import JobStatus
 # (tests/test_perf_plans.py pins the plan).
 #
 # ``heartbeat_at`` is the clock when the row is claimed, not the transaction's start
-# (``started_at``): a limited claim first waits for the flow lock (claim_limited.py),
+# (``started_at``): a limited claim first waits for the flow lock (limited.py),
 # as long as another worker holds it, and a heartbeat as old as that wait could be
 # older than STALE_AFTER when the claim commits; the reaper would take the rows from
 # this live worker before its first beat.
@@ -75,6 +73,12 @@ RETURNING j.id, j.task, j.args, j.kwargs, j.attempts, j.max_attempts, j.lease, j
           -- where the worker's next claim may start (claim/front.py)
           {epoch_us("j.run_at")}
 """
+
+
+def mark_running() -> str:
+    """The UPDATE that marks ``picked``'s rows running and returns them, for a claim
+    put together elsewhere (the limited claim's ``claimed`` step)."""
+    return _CLAIM_SET
 
 
 # Claim up to n due jobs of ONE queue: ``picked`` is the compiled queryset
@@ -130,7 +134,6 @@ WITH picked AS (
 """
 
 
-_PENDING_QUEUES = pending_queues_cte()
 # A worker's claims and its list of queues start at its claim front (claim/front.py):
 # every pending job at or past the bound is found, due or not, and none is before it
 # that a claim could take (a claim that reads the whole index reads the whole list).
@@ -142,7 +145,7 @@ UNBOUNDED = datetime(1, 1, 1, tzinfo=UTC)
 
 
 # The queues with pending rows, on their own: what a worker of every queue claims
-# from (flow.FlowState keeps the list: refreshed every POLL_INTERVAL, after LISTEN
+# from (claimant.Claimant keeps the list: refreshed every POLL_INTERVAL, after LISTEN
 # reconnected and after an empty claim without LISTEN; a NOTIFY adds its queue). Its
 # claims are then JOB_CLAIM_ONE_QUEUE / JOB_CLAIM_QUEUES, which walk the claim
 # index once per queue, where JOB_CLAIM_ALL walks it twice (this probe, then the
@@ -156,7 +159,7 @@ SELECT name FROM qs WHERE name IS NOT NULL
 
 
 # Claim from every queue: the pending queues (loose index scan), then as above.
-# claims.claim(queues=None) without a task filter; the worker claims through
+# run.claim(queues=None) without a task filter; the worker claims through
 # PENDING_QUEUES instead (above).
 def claim_all(lateral: str) -> str:
     return f"""
@@ -195,38 +198,6 @@ for _name in CLAIM_STATEMENTS:
     declare(_name, (JobStatus.PENDING, JobStatus.RUNNING))
 
 
-@dataclass(slots=True)
-class Claimed:
-    """A claimed job as the worker sees it (no model instance on the hot path).
-
-    Read-only by convention, not ``frozen``: a frozen dataclass sets each of its 15
-    fields through ``object.__setattr__``, several times slower than a slots dataclass,
-    and the claim thread builds one per claimed job: on a no-op drain ``from_rows`` is
-    a large part of that thread's time."""
-
-    id: int
-    task: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    lease: int
-    queue: str
-    priority: int
-    idempotency_key: str | None
-    timeout: float | None = None
-    trace_context: dict[str, str] | None = None  # W3C trace context stored at enqueue
-    has_parents: bool = False  # a workflow job with parents (their results are read)
-    suspect: bool = False  # reclaimed from a lost worker: run alone (worker/isolated.py)
-    #: when it was due, as epoch microseconds (``run_at`` converts): the claim front
-    #: reads only the smallest of a claim's (claim/front.py)
-    run_at_us: int | None = None
-
-    @property
-    def run_at(self) -> datetime | None:
-        return from_epoch_us(self.run_at_us)
-
-
 def pending_queues(connection: Connection, since: datetime | None = None) -> list[str]:
     """The names of the queues that have pending jobs (due or not), sorted; with
     ``since``, of those with ``run_at >= since``."""
@@ -244,7 +215,7 @@ def task_array(tasks: tuple[str, ...]) -> str:
 
 
 def job_claim(connection: Connection, statement: str, params: dict[str, Any]) -> list[Claimed]:
-    """Run one of the ``JOB_CLAIM_*`` statements (compiled by ``claims.claim_statements``)."""
+    """Run one of the ``JOB_CLAIM_*`` statements (compiled by ``compiled.claim_statements``)."""
     with hot_cursor(connection) as cursor:
         if isinstance(connection, psycopg.Connection):
             # Django's psycopg setup loads jsonb as text; a plain connection would
@@ -255,60 +226,3 @@ def job_claim(connection: Connection, statement: str, params: dict[str, Any]) ->
         cursor.execute(statement, params)
         rows = cursor.fetchall()
     return from_rows(rows)
-
-
-def from_rows(rows: Sequence[Sequence[Any]]) -> list[Claimed]:
-    # Django's psycopg setup loads jsonb as text (it decodes JSON in the ORM).
-    # Decoded per row: one undecodable row fails its own job, not the batch (nothing
-    # here may raise: the claim has committed, and a raise would strand every row).
-    # In the claim's order (priority DESC, run_at, id): UPDATE ... RETURNING gives its
-    # rows in the order it met them in the heap, and the worker starts a batch's jobs
-    # in list order (a higher priority runs first, within a batch too).
-    claimed = [
-        Claimed(
-            r[0],
-            r[1],
-            _decoded(r[2]),
-            _decoded(r[3]),
-            r[4],
-            r[5],
-            r[6],
-            r[7],
-            r[8],
-            r[9],
-            r[10],
-            _trace_context(r[11]),
-            r[12],
-            r[13],
-            r[14],
-        )
-        for r in rows
-    ]
-    claimed.sort(key=_claim_order)
-    return claimed
-
-
-def _claim_order(job: Claimed) -> tuple[int, int, int]:
-    # no run_at: one Python cannot hold, which was due (year 1 and the like): first
-    due = job.run_at_us if job.run_at_us is not None else -(2**63)
-    return (-job.priority, due, job.id)
-
-
-def _decoded(value: Any) -> Any:
-    """A stored args/kwargs value, or an ``Undecodable`` placeholder (a number of more
-    than 4,300 digits, nesting deeper than the recursion limit): the executor
-    dead-letters that job alone, with the placeholder's reason."""
-    return json_value_or_placeholder(value)
-
-
-def _trace_context(value: Any) -> dict[str, str] | None:
-    """The stored W3C trace context, as a dict of strings; None when absent, not a
-    JSON object or undecodable, and only its string items otherwise (a trace is
-    never worth failing a job for: ``{"traceparent": 5}`` made the propagator raise
-    TypeError before the handler ran)."""
-    if value is None:
-        return None
-    decoded = json_value_or_placeholder(value)
-    if not isinstance(decoded, dict) or isinstance(decoded, Undecodable):
-        return None
-    return {k: v for k, v in decoded.items() if isinstance(k, str) and isinstance(v, str)}
