@@ -18,15 +18,13 @@ from django.db import connections, transaction
 
 from django_pgjobs import registry
 from django_pgjobs.conf import get_settings, suggest
-from django_pgjobs.db.notify import JOB_NOTIFY
+from django_pgjobs.db.notify import JOB_NOTIFY, QUEUES_CHANGED
 from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.states import TERMINAL
 from django_pgjobs.validation import check_queue
 
 logger = logging.getLogger("django_pgjobs")
 
-#: NOTIFY payload that tells workers the queue rows changed (pause, resume, admin edit).
-QUEUES_CHANGED = "pgjobs:queues"
 
 #: Keys of a ``PGJOBS["QUEUES"]`` entry.
 QUEUE_KEYS = frozenset({"max_running", "rate", "paused"})

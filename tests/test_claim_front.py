@@ -18,12 +18,12 @@ from django.test.utils import CaptureQueriesContext
 
 from django_pgjobs import claim
 from django_pgjobs.claim import front as claim_front
+from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.front import SLACK, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.claim.plain import pending_queues
 from django_pgjobs.claim.probe import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
 from django_pgjobs.db.notify import Payload, parse_payload
 from django_pgjobs.db.tables import JOB
-from django_pgjobs.flow import FlowState
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker
 from tests.conftest import dsn, wait_until
@@ -218,7 +218,7 @@ def test_the_queue_list_starts_at_the_bound_and_is_read_again_for_an_earlier_one
         bound = cursor.fetchone()[0]
     assert pending_queues(connection, bound) == ["new"]
     assert pending_queues(connection) == ["new", "old"]
-    state = FlowState(None, refresh=1e9)
+    state = Claimant(None, refresh=1e9, worker="w")
     state.keyed = False  # the test app's keyed tasks would make every claim limited
     assert state.claim_options(connection, bound)["queues"] == ["new"]
     assert state.claim_options(connection, bound + timedelta(seconds=1))["queues"] == ["new"]
@@ -231,7 +231,7 @@ def test_a_notified_queue_joins_the_queue_list_without_a_read() -> None:
     its list instead of reading the list again (a read walks the claim index's entries
     before the bound); a reconnected LISTEN ("") makes it read the list again."""
     _pending(1, age=0, queue="new")
-    state = FlowState(None, refresh=1e9, notified=True)
+    state = Claimant(None, refresh=1e9, notified=True, worker="w")
     state.keyed = False
     assert state.claim_options(connection)["queues"] == ["new"]
     state.saw_queue("another")
@@ -258,7 +258,7 @@ def _running(worker: Worker) -> Iterator[Worker]:
     # The test app registers tasks with a concurrency key, which send every claim
     # through the limited claim (it ranks every pending job and takes no bound); a
     # site without them claims like this.
-    worker.flow.keyed = False
+    worker.claimant.keyed = False
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
@@ -275,7 +275,7 @@ def _status(job_id: int) -> str:
 
 def _advanced(worker: Worker) -> datetime:
     """Jobs run until the worker's claims have a bound; the bound."""
-    front = worker.claimer.front
+    front = worker.claimant.front
     assert front is not None
     for _ in range(3):
         job = jobs.noop.using(queue="front").enqueue()
@@ -334,7 +334,7 @@ def test_a_job_behind_the_bound_that_nobody_announced_is_found_by_the_probe(
 ) -> None:
     """The same row as above, found by the maintenance thread's probe: within a few of
     its intervals, long before the claims' own sweep (UNPROBED_AFTER, 20 s) is due."""
-    front = probing_worker.claimer.front
+    front = probing_worker.claimant.front
     assert front is not None and front.sweep_every == UNPROBED_AFTER
     since = _advanced(probing_worker)
     job_id = _unannounced("front", since - timedelta(minutes=5))

@@ -206,7 +206,7 @@ def test_the_probe_reads_the_priorities_from_the_bound_or_the_oldest_job_before_
 
 def _seeking(worker: Worker) -> ClaimFront:
     """Jobs run until the worker's claims seek by level; its front."""
-    front = worker.claimer.front
+    front = worker.claimant.front
     assert front is not None
     deadline = time.monotonic() + 15
     while front.levels() is None:
@@ -235,7 +235,7 @@ def test_the_workers_notifications_say_the_priority_to_its_front() -> None:
     """The listener's payloads reach the front: a priority said is sought at once, a
     payload without one turns the seek off until a claim began after it."""
     worker = Worker(queues=["front"], concurrency=2)
-    front = worker.claimer.front
+    front = worker.claimant.front
     assert front is not None
     _probed(front, (0,))
     worker.claimer.on_notify("front,1796300000000000,40")

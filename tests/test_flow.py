@@ -17,6 +17,7 @@ from django.utils import timezone
 from django_pgjobs import job, pause_queue, registry, resume_queue
 from django_pgjobs.checks import check_queues
 from django_pgjobs.claim import UNBOUNDED, claim_statements
+from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.plain import pending_queues
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.claim.run import claim as run_claim
@@ -24,7 +25,6 @@ from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.exceptions import UnknownTask
-from django_pgjobs.flow import FlowState
 from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
 from django_pgjobs.models import Job, KnownTask, Queue
 from django_pgjobs.models import Worker as WorkerRow
@@ -216,16 +216,16 @@ def test_paused_queue_is_skipped_by_the_fast_and_the_limited_claim() -> None:
     flowing = flow_jobs.flowing.enqueue(1)
     pause_queue("flow-held")
     names = [flow_jobs.held.name, flow_jobs.flowing.name]
-    state = FlowState(["flow-held", "flow-flowing"], names)
+    state = Claimant(["flow-held", "flow-flowing"], names, worker="w")
     options = state.claim_options(connection)
     assert options["limited"] is False and options["queues"] == ["flow-flowing"]
-    assert [c.id for c in state.claim(connection, worker="w", n=10)] == [flowing.id]
-    everywhere = FlowState(None, names)
+    assert [c.id for c in state.take(connection, 10)] == [flowing.id]
+    everywhere = Claimant(None, names, worker="w")
     assert everywhere.claim_options(connection)["limited"] is True
-    assert everywhere.claim(connection, worker="w", n=10) == []
+    assert everywhere.take(connection, 10) == []
     resume_queue("flow-held")
     everywhere.invalidate()
-    assert [c.id for c in everywhere.claim(connection, worker="w", n=10)] == [held.id]
+    assert [c.id for c in everywhere.take(connection, 10)] == [held.id]
 
 
 # -- the limited claim statement ---------------------------------------------------------
@@ -284,13 +284,13 @@ def test_fast_path_gives_back_an_unknown_task_uncounted_then_filters() -> None:
     unknown = jobs.noop.using(priority=5).enqueue()
     Job.objects.filter(id=unknown.id).update(task="tests.next_release.job")
     ours = jobs.noop.enqueue()
-    state = FlowState(["default"], [jobs.noop.name])
+    state = Claimant(["default"], [jobs.noop.name], worker="w")
     assert state.claim_options(connection)["tasks"] is None  # the plain claim, unfiltered
-    assert [c.id for c in state.claim(connection, worker="w", n=1)] == []
+    assert [c.id for c in state.take(connection, 1)] == []
     row = Job.objects.get(id=unknown.id)
     assert (row.status, row.attempts, row.lease) == ("pending", 0, 1)  # given back, uncounted
     assert state.skew_seen and state.claim_options(connection)["tasks"] == (jobs.noop.name,)
-    assert [c.id for c in state.claim(connection, worker="w", n=5)] == [ours.id]
+    assert [c.id for c in state.take(connection, 5)] == [ours.id]
     assert Job.objects.get(id=unknown.id).status == "pending"
 
 
@@ -302,21 +302,21 @@ def test_a_worker_of_every_queue_claims_from_the_queues_with_pending_jobs(
     """It claims by name from PENDING_QUEUES (one walk of the claim index per
     claim, not two) and still finds a queue that gets its first job: announced by
     a NOTIFY (LISTEN), or re-read after an empty claim (no LISTEN)."""
-    state = FlowState(None, [jobs.noop.name], refresh=3600, notified=notified)
+    state = Claimant(None, [jobs.noop.name], refresh=3600, notified=notified, worker="w")
     a = jobs.noop.using(queue="a").enqueue()
     assert state.claim_options(connection)["queues"] == ["a"]
-    assert [c.id for c in state.claim(connection, worker="w", n=5)] == [a.id]
+    assert [c.id for c in state.take(connection, 5)] == [a.id]
     b = jobs.noop.using(queue="b").enqueue()
     if notified:
         # Within the refresh interval the list is kept: only the NOTIFY's queue
         # name tells the worker about "b".
-        assert state.claim(connection, worker="w", n=5) == []
+        assert state.take(connection, 5) == []
         state.saw_queue("a")  # a NOTIFY of a queue it has: nothing to re-read
-        assert state.claim(connection, worker="w", n=5) == []
+        assert state.take(connection, 5) == []
         state.saw_queue("b")
     else:
-        assert state.claim(connection, worker="w", n=5) == []  # empty: re-read next time
-    assert [c.id for c in state.claim(connection, worker="w", n=5)] == [b.id]
+        assert state.take(connection, 5) == []  # empty: re-read next time
+    assert [c.id for c in state.take(connection, 5)] == [b.id]
     # The NOTIFY added "b" to the list, unread ("a" stays until the next refresh); an
     # empty claim without LISTEN read it again.
     assert state.pending == (["a", "b"] if notified else ["b"])

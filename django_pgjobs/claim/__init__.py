@@ -20,9 +20,10 @@ The locks each statement takes are commented beside it. Nothing here is imported
 by the storage layer (``db/``) it runs on.
 """
 
+from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.compiled import claim_statements
 from django_pgjobs.claim.plain import UNBOUNDED
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.claim.run import claim
 
-__all__ = ["UNBOUNDED", "Claimed", "claim", "claim_statements"]
+__all__ = ["UNBOUNDED", "Claimant", "Claimed", "claim", "claim_statements"]

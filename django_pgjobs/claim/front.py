@@ -54,6 +54,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
+from django_pgjobs.claim.rows import Claimed
+from django_pgjobs.db.epoch import from_epoch_us
+
 #: Below the oldest job a claim took, how far the bound stays back: an enqueue that
 #: commits this long after its statement began (its ``run_at``) is still found.
 SLACK = timedelta(seconds=1)
@@ -177,6 +180,13 @@ class ClaimFront:
                 if self._heard_in_claim:
                     since = _lower(since, self._heard_low)
                 self._since = since
+
+    def took_rows(self, claimed: Sequence[Claimed], asked: int) -> None:
+        """``took``, told the claimed rows: their ``run_at`` as epoch microseconds, of
+        which only the smallest is converted (one time per claim, not one per job)."""
+        run_ats = [c.run_at_us for c in claimed if c.run_at_us is not None]
+        earliest = from_epoch_us(min(run_ats)) if run_ats else None
+        self.took(earliest, len(run_ats), asked, [c.priority for c in claimed])
 
     def since(self) -> datetime | None:
         """The bound now (tests, the worker's log)."""

@@ -34,7 +34,7 @@ def claim(
 
     ``tasks``: claim only jobs of these tasks (the worker's registry; None: any).
     ``limited``: some queue in scope is paused or limited, or a known task has a
-    concurrency key (see ``flow.FlowState``): take the serialised limited claim.
+    concurrency key (see ``claimant.Claimant``): take the serialised limited claim.
     ``since``: only jobs with ``run_at >= since`` (``claim/front.py``; not the
     limited claim, which ranks every pending job of its queues).
     ``levels``: with ``since`` and named queues, only jobs of these priorities, each

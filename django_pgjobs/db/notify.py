@@ -8,8 +8,11 @@ from datetime import UTC, datetime
 
 from django_pgjobs.db.tables import NOTIFY_CHANNEL
 
+#: NOTIFY payload that tells workers the queue rows changed (pause, resume, admin edit).
+QUEUES_CHANGED = "pgjobs:queues"
+
 # Wake idle workers: after a bulk COPY (one notification per queue per commit), on a
-# resume, and with the payload flow.QUEUES_CHANGED when the queue rows changed. A
+# resume, and with the payload QUEUES_CHANGED when the queue rows changed. A
 # single enqueue notifies inside its own statement (JOB_INSERT). Delivered at
 # commit, so a rolled-back change wakes nobody.
 JOB_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
@@ -41,7 +44,7 @@ def due_payload(queue: str, run_at: str, priority: str) -> str:
 
 @dataclass(frozen=True)
 class Payload:
-    """What a NOTIFY said: a queue (or flow.QUEUES_CHANGED, or "" for a reconnected
+    """What a NOTIFY said: a queue (or QUEUES_CHANGED, or "" for a reconnected
     LISTEN); when its jobs are due and their priority, when it says (a bare queue
     name, as a workflow's release or ``pgjobs_enqueue()`` sends, does not)."""
 

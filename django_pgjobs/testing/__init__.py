@@ -12,7 +12,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_pgjobs import flow, signals
+from django_pgjobs import signals
+from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
 from django_pgjobs.exceptions import PgJobsError
@@ -44,7 +45,7 @@ def run_jobs(
 ) -> list[RanJob]:
     """Drain due jobs in this process (no threads), in claim order; return what ran.
 
-    Claims like a worker (``flow.FlowState``): a paused queue is not drained, and
+    Claims like a worker (``claim.claimant.Claimant``): a paused queue is not drained, and
     ``max_running``, ``rate`` and concurrency keys hold. A job of a task this process
     has not registered is left pending, untouched (a worker leaves it to a worker
     that knows the task). Sends the same signals as a worker (started, then
@@ -65,10 +66,10 @@ def run_jobs(
     worker = "testing.run_jobs"
     # refresh=0: re-read the queue rows before every claim, so a pause_queue() or an
     # admin edit made by the test between two jobs is seen at once.
-    state = flow.FlowState(queues, refresh=0.0, known_only=True)
+    state = Claimant(queues, worker=worker, refresh=0.0, known_only=True)
     ran: list[RanJob] = []
     while max_jobs is None or len(ran) < max_jobs:
-        claimed = state.claim(connection, worker=worker, n=1)
+        claimed = state.take(connection, 1)
         if not claimed:
             break
         job = claimed[0]
@@ -89,7 +90,7 @@ def run_jobs(
     return ran
 
 
-def _warn_unknown(connection: Any, state: flow.FlowState) -> None:
+def _warn_unknown(connection: Any, state: Claimant) -> None:
     """Say so when due jobs were left pending because their task is not registered
     in this process (a worker would leave them too): a silent skip puzzles a test."""
     from django.db.models import Q

@@ -4,9 +4,9 @@ NOTIFY, a freed slot or the jittered poll. At shutdown it gives back what has no
 started and releases what does not finish in time.
 
 ``ClaimSize`` decides how many jobs a claim takes; ``Claimer`` does the claiming.
-The claim statement itself is ``claims.claim`` (through ``flow.FlowState``, which
-skips paused and full queues and unknown tasks); its locks are explained in
-``db/claim.py``.
+The claim itself is one call, ``Claimant.take`` (``claim/claimant.py``), which skips
+paused and full queues and unknown tasks and runs the claim statement; its locks are
+explained beside the statements (``claim/plain.py``, ``claim/limited.py``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, connections
 
-from django_pgjobs import flow, registry, signals, tracing
-from django_pgjobs.claim.front import ClaimFront
+from django_pgjobs import registry, signals, tracing
+from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import (
     job_dead_exhausted,
@@ -30,9 +29,7 @@ from django_pgjobs.db.job_outcome import (
     job_release,
     job_release_many,
 )
-from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.definition import row_timeout
-from django_pgjobs.queues import QUEUES_CHANGED
 from django_pgjobs.throttle import Backoff
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.db_errors import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
@@ -137,21 +134,18 @@ class Claimer:
 
     table: InFlightTable
     size: ClaimSize
-    #: queue limits and known tasks; the claim goes through it
-    flow_state: flow.FlowState
+    #: the worker's claims: it takes the jobs (queue limits, known tasks, the front)
+    claimant: Claimant
     #: releases at shutdown, by kind (the worker's summary)
     counts: dict[str, int]
     worker_id: str
     alias: str
-    queues: Sequence[str] | None
     burst: bool
     max_jobs: int | None
     poll_interval: float
     shutdown_timeout: float
     #: a claim slower than this (HEARTBEAT_INTERVAL) refreshes its rows' heartbeats
     late_after: float
-    #: where the claims may start reading the claim index (None: from its start)
-    front: ClaimFront | None = None
     claimed_count: int = field(default=0, init=False)
     _wakeup: threading.Event = field(default_factory=threading.Event, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)  # stop claiming
@@ -172,19 +166,7 @@ class Claimer:
     def on_notify(self, payload: str) -> None:
         """A NOTIFY on the jobs channel (the listener's thread); "" after LISTEN
         (re)connected, when notifications may have been missed."""
-        said = parse_payload(payload)
-        queue = said.queue
-        if queue == QUEUES_CHANGED:
-            self.flow_state.invalidate()  # a queue was paused, resumed or edited
-        else:
-            self.flow_state.saw_queue(queue)  # a job in a queue the claims may not cover yet
-        ours = not queue or self.queues is None or queue in self.queues
-        if ours and self.front is not None:
-            # Jobs committed since the last claim may lie before its bound: how far
-            # back and at which priority, when the payload says (an enqueue's does),
-            # else anywhere and at any.
-            self.front.heard(said.due, said.priority)
-        if ours:
+        if self.claimant.heard(payload):
             self._wakeup.set()
 
     # ------------------------------------------------------------------ the loop
@@ -208,9 +190,7 @@ class Claimer:
             if want > 0:
                 began = time.monotonic()
                 try:
-                    claimed = self.flow_state.claim(
-                        connection, worker=self.worker_id, n=want, front=self.front
-                    )
+                    claimed = self.claimant.take(connection, want)
                     backoff.succeeded()
                 except CONNECTION_ERRORS as exc:
                     backoff.failed(exc)

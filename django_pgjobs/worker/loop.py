@@ -32,7 +32,8 @@ from collections.abc import Sequence
 
 from django.db import connections
 
-from django_pgjobs import flow, registry
+from django_pgjobs import registry
+from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.claim.probe import FrontProbe
 from django_pgjobs.conf import get_settings
@@ -108,8 +109,6 @@ class Worker:
             ("completed", "retry", "dead", "fenced", "released", "timed_out"), 0
         )
         self.inflight = InFlightTable()
-        # Flow control and deploy skew: claim only known tasks, honour queue limits.
-        self.flow = flow.FlowState(self.queues, notified=self.listen)
         poll = conf.POLL_INTERVAL if poll_interval is None else poll_interval
         # Claims start past the jobs already claimed (claim/front.py); not in burst
         # mode, whose empty claim ends the run: that claim reads the whole index.
@@ -122,27 +121,28 @@ class Worker:
             if burst
             else ClaimFront(UNPROBED_AFTER if probing else SWEEP_EVERY if self.listen else poll)
         )
+        # The worker's claims, behind one call: flow control and deploy skew (claim
+        # only known tasks, honour queue limits) and the front.
+        self.claimant = Claimant(self.queues, worker=self.id, front=front, notified=self.listen)
         if probing and front is not None:
             self.services = [
                 *self.services,
-                FrontProbe(front=front, scope=self.flow.probe_scope, alias=self.alias),
+                FrontProbe(front=front, scope=self.claimant.probe_scope, alias=self.alias),
             ]
         self.claimer = Claimer(
             worker_id=self.id,
             alias=self.alias,
-            queues=self.queues,
             table=self.inflight,
             size=ClaimSize(
                 concurrency=concurrency, async_concurrency=async_concurrency, batch=self.batch
             ),
-            flow_state=self.flow,
+            claimant=self.claimant,
             counts=self.counts,
             burst=burst,
             max_jobs=max_jobs,
             poll_interval=poll,
             shutdown_timeout=self.shutdown_timeout,
             late_after=conf.HEARTBEAT_INTERVAL,
-            front=front,
         )
         self.completer = Completer(
             table=self.inflight,
@@ -151,7 +151,7 @@ class Worker:
             worker_id=self.id,
             alias=self.alias,
         )
-        self.row = WorkerRow(self.id, self.queues, concurrency, self.flow.tasks)
+        self.row = WorkerRow(self.id, self.queues, concurrency, self.claimant.tasks)
         self.heartbeat = Heartbeat(
             jobs=self.inflight, row=self.row, alias=self.alias, interval=conf.HEARTBEAT_INTERVAL
         )

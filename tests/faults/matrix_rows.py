@@ -616,7 +616,7 @@ ROWS: tuple[Row, ...] = (
 #: the heartbeat process only, whose rows name them pulse:...).
 NOT_RUNTIME = {
     "claim.JOB_CLAIM_ALL": "claim.claim(queues=None) without a task filter; a worker of every"
-    " queue claims by name from claim.PENDING_QUEUES instead (flow.FlowState)",
+    " queue claims by name from claim.PENDING_QUEUES instead (Claimant)",
     "db.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
     "db.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
     "db.JOB_HEARTBEAT_PULSE": "run by the heartbeat process alone (pulse.py: psycopg without"

@@ -142,7 +142,7 @@ def render_matrix() -> str:
             )
         lines.append("")
     lines.append(
-        "Not in the matrix under their db. name (no Django connection runs them): "
+        "Not in the matrix under their own name (no Django connection runs them): "
         + "; ".join(f"`{k}` ({v})" for k, v in sorted(NOT_RUNTIME.items()))
         + "."
     )
