@@ -81,7 +81,7 @@ class JobDefinition:
     #: seconds a run may take; None: no limit; UNSET_TIMEOUT: PGJOBS["DEFAULT_TIMEOUT"]
     timeout: float | None = -1.0
     extra: dict[str, Any] = field(default_factory=dict)
-    # Flow control (flow.py, keys.py): computed at enqueue, stored on the row.
+    # Flow control (claim/limited.py, keys.py): computed at enqueue, stored on the row.
     concurrency_key: str | Callable[..., Any] | None = None
     concurrency_limit: int = 1
     unique_while: str | None = None  # "pending" | "active"

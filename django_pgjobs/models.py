@@ -78,7 +78,7 @@ class Job(models.Model):
         help_text="seconds a run may take, given per call (empty: the @job's limit or "
         "the default; Infinity: no limit)",
     )
-    # Flow control (flow.py): computed at enqueue, read by the limited claim.
+    # Flow control (claim/limited.py): computed at enqueue, read by the limited claim.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveSmallIntegerField(null=True, blank=True)
     # "<task>:<key>" of a @job(unique_while=...) job; held while pending (or

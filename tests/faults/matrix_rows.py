@@ -163,7 +163,7 @@ ROWS: tuple[Row, ...] = (
     # before the completer redoes its write (a longer outage does the same).
     Row("worker: retry (reply lost for 1.5 s)", "db.JOB_RETRY", "worker", linger=1.5),
     Row("worker: dead-letter", "db.JOB_DEAD", "worker"),
-    # Flow control (flow.py): after a job of a task it does not know (deploy skew) a
+    # Flow control (claim/claimant.py): after a job of a task it does not know (deploy skew) a
     # worker claims with the known-task filter; a queue row with a limit, or a loaded
     # task with a concurrency key, makes it take FLOW_LOCK and the limited claim.
     Row(
@@ -336,7 +336,7 @@ ROWS: tuple[Row, ...] = (
         periodic=True,
     ),
     # Once a probe has reported the priorities past the bound, the claims seek each
-    # (queue, priority) from the bound (db/claim.py: claim_levels). Named queues, so
+    # (queue, priority) from the bound (claim/plain.py: claim_levels). Named queues, so
     # an idle worker's polls claim too (every-queue workers skip a claim with no
     # pending queue).
     Row(
@@ -394,7 +394,7 @@ ROWS: tuple[Row, ...] = (
         skip=1,
         at_commit=True,
     ),
-    # pause_queue / resume_queue of two queues in one call (flow.py; the management
+    # pause_queue / resume_queue of two queues in one call (queues.py; the management
     # commands and the queue admin's actions call these): ORM rows name a pattern.
     Row(
         "pause_queue: lock a queue row (SELECT FOR UPDATE)",
