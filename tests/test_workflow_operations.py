@@ -251,7 +251,7 @@ def _state(ids: list[int]) -> list[tuple[str, int | None]]:
 
 def test_a_child_retried_with_its_parent_waits_for_it() -> None:
     """The child that the parent's failure cancelled, retried in the same statement,
-    waits for the parent again (it used to go pending and could run first)."""
+    waits for the parent again, rather than going pending and running first."""
     ids = _cancelled_chain(3)
     assert Job.objects.filter(id__in=ids).retry() == 3
     assert _state(ids) == [("pending", 0), ("blocked", 1), ("blocked", 1)]

@@ -186,7 +186,7 @@ def test_a_child_retried_after_its_parent_waits_for_the_running_parent(
     """``a`` dies, its child ``b`` (``"run"``) runs without it and dies; ``retry_jobs
     --ids`` of ``a`` (which then runs and waits), then of ``b``: ``b`` waits, blocked,
     while ``a`` runs on a live worker, and runs once ``a`` completed, once, with its
-    result. (It used to go pending and run at once, beside ``a``.)"""
+    result, never pending and running at once beside ``a``."""
     allow, go = tmp_path / "allow", tmp_path / "go"
     start("--concurrency", "4")
     wf = Workflow("retry order")

@@ -89,7 +89,7 @@ def test_a_child_retried_after_its_retried_parent_waits_for_it(
     retry: Retry, tmp_path: Path
 ) -> None:
     """Two statements, the parent's first: the child goes back to blocked, counting
-    the parent (it used to go pending and run with ``{"a": None}``)."""
+    the parent, rather than going pending and running with ``{"a": None}``."""
     a_id, b_id = _failed_pair(tmp_path / "ok")
     retry([a_id])
     retry([b_id])
@@ -266,8 +266,8 @@ def test_a_child_retried_while_its_parent_completes(
     other_connection: psycopg.Connection, third_connection: psycopg.Connection
 ) -> None:
     """The parent's completion, not committed yet, when the child is retried: the
-    retry waits for it and sees the parent completed (it used to read the parent
-    running and leave the child blocked for good)."""
+    retry waits for it and sees the parent completed, rather than reading the parent
+    running and leaving the child blocked for good."""
     wf = Workflow("completing")
     a = wf.add(w.double.s(1), name="a")
     wf.add(w.report_parents.s(), after=[a], on_parent_failure="run")

@@ -32,8 +32,8 @@ LISTEN, every poll).
 
 The bound alone is not a seek: the claim index is ``(queue, priority DESC, run_at,
 id)``, so within a queue the scan still steps over the dead entries of every
-priority before it reaches the bound (checked on the entries, no row visit, but 4.9
-ms per claim after 180,000 claimed jobs under a held horizon). So the claims also
+priority before it reaches the bound (checked on the entries, no row visit, but a
+walk that grows with every job claimed under a held horizon). So the claims also
 name the priorities to seek (``levels``): one scan per queue and priority, each
 starting at the bound (``JOB_CLAIM_LEVELS``). The levels are every priority this
 worker has seen a job of: announced by a NOTIFY (the single and bulk enqueue's
