@@ -272,6 +272,8 @@ class Worker(models.Model):
     tasks = StoredJSONField(
         default=list, blank=True, db_default=models.Value([], models.JSONField())
     )
+    # Why it runs without its heartbeat process now; empty while it has one.
+    degraded = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-last_seen"]

@@ -26,12 +26,18 @@ parent-death signal, a changed parent pid, EOF on stdin), and it does not beat
 while the worker is stopped (SIGSTOP, a debugger: ``/proc/<pid>/stat`` state
 ``T``/``t``), so a frozen worker is still taken for dead.
 
+The worker supervises it (``worker/pulse_link.py``): a process that dies, or stops
+answering, is replaced, and the replacement is handed the whole set at start. So
+each ``=`` line is answered (``ok @started``) as soon as it is read: the worker
+tells a process that reads from one that does not (stopped, starved, wedged).
+
 Protocol, one line each. In (stdin): a JSON object first (connection parameters,
 the statements that set the session up (``SET ROLE``), interval, statements, the
-worker row's parameters, the health file to touch after a beat), then ``+ id lease`` (claimed),
-``= @started id:lease,...`` (the whole set after a beat that began at ``started``,
-``time.monotonic()``). Out (stdout): ``ready``,
-then ``lost id lease`` for each lease its beat found lost.
+worker row's parameters, the health file to touch after a beat, the leases in
+flight), then ``+ id lease`` (claimed), ``= @started id:lease,...`` (the whole set
+after a beat that began at ``started``, ``time.monotonic()``). Out (stdout):
+``ready``, ``ok @started`` for each ``=``, ``lost id lease`` for each lease its
+beat found lost.
 """
 
 from __future__ import annotations
@@ -82,8 +88,10 @@ class Pulse:
         self.interval = float(config["interval"])
         self.parent = int(config["parent"])
         self.out = out
-        self.leases: dict[int, int] = {}
+        # a replacement starts with the set its predecessor had
+        self.leases: dict[int, int] = {int(j): int(lease) for j, lease in config.get("leases", ())}
         self.lock = threading.Lock()
+        self.out_lock = threading.Lock()  # the reader's answers and the beat's reports
         self.last = time.monotonic()  # when the worker's last beat began, or our last beat
         self.eof = threading.Event()
         self.conn: Any = None
@@ -96,6 +104,7 @@ class Pulse:
         """The worker's messages, until EOF (the worker closed the pipe or died)."""
         for line in lines:
             kind, _, rest = line.strip().partition(" ")
+            started = ""
             with self.lock:
                 if kind == "+":
                     job, lease = rest.split()
@@ -105,7 +114,17 @@ class Pulse:
                     pairs = (p.split(":") for p in rest.split(",") if p)
                     self.leases = {int(j): int(lease) for j, lease in pairs}
                     self.heard_now(float(started.removeprefix("@")))
+            if kind == "=":
+                self.answer(f"ok {started}\n")
         self.eof.set()
+
+    def answer(self, text: str) -> None:
+        """Tell the worker this process reads: it replaces one that does not."""
+        if self.out is None:
+            return
+        with self.out_lock:
+            self.out.write(text)
+            self.out.flush()
 
     def heard_now(self, started: float) -> None:
         """The worker beat, beginning at ``started``: its own thread keeps time (and
@@ -187,7 +206,8 @@ class Pulse:
         rows = conn.execute(self.config["heartbeat"], params).fetchall()
         lost = [(job, lease) for job, lease, adopted in rows if not adopted]
         found = [(job, lease) for job, lease, adopted in rows if adopted]
-        conn.execute(self.config["worker_upsert"], self.config["worker_row"])
+        # "degraded": empty, as this process beats (its worker is not without one)
+        conn.execute(self.config["worker_upsert"], {**self.config["worker_row"], "degraded": ""})
         self.touch()
         with self.lock:  # said once: no more beats for a lost lease (the output stays small)
             for job, lease in lost:
@@ -202,9 +222,10 @@ class Pulse:
                 f" ({', '.join(str(job) for job, _ in found)}): its claim's reply waits"
                 " for the GIL"
             )
-        for job, lease in lost:
-            self.out.write(f"lost {job} {lease}\n")
-        self.out.flush()
+        with self.out_lock:
+            for job, lease in lost:
+                self.out.write(f"lost {job} {lease}\n")
+            self.out.flush()
 
     def touch(self) -> None:
         """``runjobs --health-file``, after a beat (the worker row is fresh): kept fresh
@@ -243,8 +264,7 @@ def main() -> int:
         return 0
     import psycopg  # noqa: F401 - fail here, where the worker hears of it (no "ready")
 
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
+    pulse.answer("ready\n")
     try:
         pulse.run()
     finally:

@@ -28,6 +28,7 @@ class WorkerAdmin(RefusesNulLookups, admin.ModelAdmin):  # type: ignore[type-arg
         "last_seen",
         "last_seen_age",
         "live",
+        "degraded",
     )
     readonly_fields = (
         "id",
@@ -38,6 +39,7 @@ class WorkerAdmin(RefusesNulLookups, admin.ModelAdmin):  # type: ignore[type-arg
         "started_at",
         "last_seen",
         "tasks",
+        "degraded",
     )
     show_facets = admin.ShowFacets.NEVER
 

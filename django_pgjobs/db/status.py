@@ -87,7 +87,8 @@ INDEX_SIZE = "SELECT pg_relation_size(%(index)s::regclass)"
 # Registered workers, most recently seen first (LIMIT NULL: all of them), with
 # the time since each was last seen (live: within STALE_AFTER).
 STATUS_WORKERS = f"""
-SELECT id, host, pid, queues, concurrency, started_at, last_seen, now() - last_seen
+SELECT id, host, pid, queues, concurrency, started_at, last_seen, now() - last_seen,
+       degraded
   FROM {WORKER} ORDER BY last_seen DESC LIMIT %(limit)s
 """
 

@@ -10,12 +10,15 @@ from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import HELD_SLOT, JOB, KNOWN_TASK, WORKER
 from django_pgjobs.states import JobStatus
 
-# Register a worker (or refresh its row: the heartbeat thread, every interval).
+# Register a worker (or refresh its row: the heartbeat thread, every interval; the
+# heartbeat process while the thread cannot). ``degraded``: why it runs without its
+# heartbeat process now, empty while it has one (jobs_status and the admin show it).
 WORKER_UPSERT = f"""
-INSERT INTO {WORKER} (id, host, pid, queues, concurrency, started_at, last_seen, tasks)
+INSERT INTO {WORKER} (id, host, pid, queues, concurrency, started_at, last_seen, tasks,
+                      degraded)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, now(), now(),
-        %(tasks)s::jsonb)
-ON CONFLICT (id) DO UPDATE SET last_seen = now()
+        %(tasks)s::jsonb, %(degraded)s)
+ON CONFLICT (id) DO UPDATE SET last_seen = now(), degraded = excluded.degraded
 """
 
 # A worker's clean exit: its row, and the limit slots it still holds for runs it

@@ -94,6 +94,8 @@ class WorkerRow:
     started_at: datetime
     last_seen: datetime
     last_seen_age: timedelta
+    #: why it runs without its heartbeat process (empty: it has one)
+    degraded: str = ""
 
     def is_live(self, stale_after: float) -> bool:
         return self.last_seen_age.total_seconds() <= stale_after
@@ -212,7 +214,8 @@ def workers(connection: BaseDatabaseWrapper, *, limit: int | None = 200) -> list
         if not isinstance(queues, list) or isinstance(queues, decoding.Undecodable):
             queues = [] if queues is None else [queues]
         queues = [decoding.as_text(q) for q in queues]
-        out.append(WorkerRow(r[0], r[1], r[2], queues or [], r[4], r[5], r[6], r[7]))
+        degraded = decoding.as_text(r[8], limit=500) if r[8] else ""
+        out.append(WorkerRow(r[0], r[1], r[2], queues or [], r[4], r[5], r[6], r[7], degraded))
     return out
 
 

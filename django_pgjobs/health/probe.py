@@ -28,10 +28,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from django_pgjobs.safetext import printable
+
 logger = logging.getLogger("django_pgjobs")
 
 #: Default age (seconds) past which ``python -m django_pgjobs.health`` reports failure.
 DEFAULT_MAX_AGE = 60.0
+#: How the file's text starts while the worker runs without its heartbeat process.
+DEGRADED = "degraded: "
 
 
 def check_writable(path: str) -> None:
@@ -57,12 +61,15 @@ class HealthFile(threading.Thread):
         worker_id: str,
         alias: str,
         stuck: Callable[[], str | None] | None = None,
+        degraded: Callable[[], str | None] | None = None,
     ):
         super().__init__(name="pgjobs-health", daemon=True)
         self.path = Path(path)
         self.worker_id = worker_id
         self.alias = alias
         self.stuck = stuck
+        self.degraded = degraded  # written into the file: the probe says it
+        self._written: str | None = None  # the file's text as last written
         self._stop_event = threading.Event()
         self._said: str | None = None  # the last problem logged (each is logged once)
 
@@ -83,7 +90,7 @@ class HealthFile(threading.Thread):
                     if row is not None and row[0]:  # the heartbeat reaches the database
                         problem = self.stuck() if self.stuck is not None else None
                         if problem is None:
-                            self.path.touch()
+                            self._touch()
                         self._say(problem)
                 except DatabaseError:
                     connection.close()
@@ -92,6 +99,16 @@ class HealthFile(threading.Thread):
                 self._stop_event.wait(conf.HEARTBEAT_INTERVAL)
         finally:
             connection.close()
+
+    def _touch(self) -> None:
+        """Touch the file; its text says why the worker is degraded (empty: it is not)."""
+        why = self.degraded() if self.degraded is not None else None
+        text = f"{DEGRADED}{why}\n" if why else ""
+        if text != self._written:
+            self.path.write_text(text)
+            self._written = text
+        else:
+            self.path.touch()
 
     def _say(self, problem: str | None) -> None:
         """Log a problem once when it starts (and once when it ends), not every interval."""
@@ -133,6 +150,13 @@ def probe(path: str, max_age: float) -> tuple[bool, str]:
             "heartbeat is not reaching the database, or every one of its job slots "
             "is stuck (its log says which)"
         )
+    try:
+        with open(path, errors="replace") as fh:
+            text = fh.read(1000).strip()
+    except OSError:
+        text = ""
+    if text.startswith(DEGRADED):  # alive and running jobs, without its heartbeat process
+        return True, f"{path} is {age:.1f}s old; {printable(text)}"
     return True, f"{path} is {age:.1f}s old"
 
 

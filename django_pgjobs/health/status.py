@@ -84,6 +84,7 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
             "concurrency": w.concurrency,
             "started_at": w.started_at,
             "last_seen": w.last_seen,
+            "degraded": w.degraded,
         }
         for w in sorted(live, key=lambda w: w.id)
     ]
@@ -166,6 +167,13 @@ def warnings(status: Status) -> list[str]:
             f"{format_age(unknown['oldest'], unknown='-')}): they wait for a worker that "
             "registers it (a rolling deploy), and are dead-lettered after UNKNOWN_TASK_TIMEOUT"
         )
+    for worker in status.workers:
+        if worker["degraded"]:
+            out.append(
+                f"worker {worker['id']} runs without its heartbeat process "
+                f"({worker['degraded']}): until the one it restarts runs, a job holding "
+                "the GIL longer than STALE_AFTER can be taken for dead"
+            )
     return out
 
 
@@ -248,6 +256,7 @@ def render(status: Status, now: datetime) -> str:
             f"\n  {printable(str(w['id']))} "
             f"queues={printable(','.join(map(str, w['queues'])))} "
             f"concurrency={w['concurrency']} seen {_when(w['last_seen'], now)}"
+            + (f" DEGRADED: {printable(str(w['degraded']))}" if w["degraded"] else "")
             for w in status.workers
         )
     )

@@ -67,7 +67,9 @@ def run(
     if health_file:
         bound = conf.HEALTH_STUCK_AFTER
         stuck = None if bound is None else stuck_slots(worker, bound)
-        health = HealthFile(health_file, worker_id=worker.id, alias=alias, stuck=stuck)
+        health = HealthFile(
+            health_file, worker_id=worker.id, alias=alias, stuck=stuck, degraded=worker.row.degraded
+        )
         health.start()
         # kept fresh by the heartbeat process while a job holds the GIL, up to the bound
         worker.heartbeat.health_file, worker.heartbeat.health_bound = health_file, bound

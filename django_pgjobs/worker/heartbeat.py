@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,6 +74,8 @@ class WorkerRow:
     concurrency: int
     #: the task names this worker claims (deploy skew: ``maintenance/unknown_tasks.py``)
     tasks: Sequence[str]
+    #: why it runs without its heartbeat process now (None: it has one, or none is wanted)
+    degraded: Callable[[], str | None] | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,7 @@ class WorkerRow:
             "queues": json.dumps(list(self.queues or ["*"])),
             "concurrency": self.concurrency,
             "tasks": json.dumps(list(self.tasks)),
+            "degraded": (self.degraded() if self.degraded is not None else None) or "",
         }
 
     def register(self, alias: str) -> None:

@@ -158,9 +158,14 @@ class Worker:
         if conf.HEARTBEAT_PROCESS if heartbeat_process is None else heartbeat_process:
             # beats for the thread while it cannot (a job holding the GIL): see
             # docs/explanation/guarantees.md
-            pulse = PulseLink(worker_id=self.id, on_lost=self.heartbeat.lost_elsewhere)
+            pulse = PulseLink(
+                worker_id=self.id,
+                on_lost=self.heartbeat.lost_elsewhere,
+                leases=self.inflight.leases,
+            )
             self.heartbeat.pulse = pulse
             self.inflight.on_add = pulse.added
+            self.row.degraded = lambda: pulse.degraded
         self.watchdog: Watchdog | None = None  # made by run(), with the job runners
         self._threads_stop = threading.Event()  # stop the helper threads
 

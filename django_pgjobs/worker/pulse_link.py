@@ -1,16 +1,20 @@
-"""The worker's end of its heartbeat process (``django_pgjobs/pulse.py``).
+"""The worker's end of its heartbeat process (``django_pgjobs/pulse.py``): start it,
+feed it, and keep one running.
 
 The heartbeat thread cannot beat while a job holds the GIL; the heartbeat process
 can, so the worker keeps it told: each job claimed (``added``, called by the
 in-flight table before the job can start) and, after each beat of the thread, the
 whole set with the moment that beat began (``beaten``). One lock orders the two, so
-a set taken before a claim is never written after it. Leases the process found lost come back on its
-stdout and are reported like the thread's own (``on_lost``).
+a set taken before a claim is never written after it. Leases the process found lost
+come back on its stdout and are reported like the thread's own (``on_lost``).
 
-Writing to a pipe needs the GIL too; that is fine: the process keeps beating the
-last set it knows, which is exactly what a job holding the GIL needs. When the
-process cannot start or dies, the thread alone keeps the jobs alive, as before,
-and the worker says so once.
+Neither write ever waits for the process (``pulse_child.py``): a process that stops
+reading must not stop the claimer or the heartbeat thread. A supervisor thread
+replaces a process that died, that stopped reading or answering, or whose pipe
+filled: the old one is killed, the loss said once, and a new one started after a
+backoff and handed the whole set in flight. Until it runs the worker is degraded:
+its heartbeat thread alone keeps its jobs alive (``degraded`` says why; the health
+file, the worker row and ``jobs_status`` show it).
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from typing import Any
+
+from django_pgjobs.worker.pulse_child import PulseChild
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -31,131 +37,189 @@ WITHOUT = (
     "worker %s: no heartbeat process (%s): the heartbeat thread alone keeps its jobs "
     "alive, so a job holding the GIL longer than STALE_AFTER can be taken for dead"
 )
+#: Seconds before the first restart; doubled after each process that did not last
+#: RESTART_RESET seconds, up to RESTART_MAX.
+RESTART_FIRST = 0.5
+RESTART_MAX = 60.0
+RESTART_RESET = 60.0
+#: A process whose whole-set lines go unanswered this long (or SILENT_INTERVALS
+#: heartbeat intervals, if longer) is replaced.
+SILENT_AFTER = 10.0
+SILENT_INTERVALS = 3.0
+
+Leases = Callable[[], list[tuple[int, int]]]
 
 
 class PulseLink:
-    """Start, feed and stop one heartbeat process."""
+    """Start, feed, supervise and stop the worker's heartbeat process."""
 
     #: The module run as the heartbeat process (``python -m``). The fault matrix's
     #: injector (tests/faults/injector.py) sets its own, which wraps this one's
     #: connection and then runs it unchanged.
     module = "django_pgjobs.pulse"
 
-    def __init__(self, *, worker_id: str, on_lost: Callable[[int, int], None]):
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        on_lost: Callable[[int, int], None],
+        leases: Leases | None = None,
+    ):
         self.worker_id = worker_id
         self.on_lost = on_lost
-        self.proc: subprocess.Popen[str] | None = None
-        self.ready = threading.Event()
+        self._leases = leases  # the whole set, handed to a new process
+        self.ready = threading.Event()  # the current process said "ready"
         self._lock = threading.Lock()
-        self._reader: threading.Thread | None = None
-        self._broken = False
+        self._child: PulseChild | None = None
+        self._config: dict[str, Any] = {}
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._degraded: str | None = None
+        self._failing = False  # a failed start was said (said once per series)
+        #: processes started after the first (replacements)
+        self.restarts = 0
+
+    @property
+    def proc(self) -> Any:
+        child = self._child
+        return None if child is None else child.proc
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and not self._broken
+        child = self._child
+        return child is not None and child.failed is None and not self._stopping.is_set()
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the worker runs without its heartbeat process now (None: it has one)."""
+        return self._degraded
 
     def start(self, config: dict[str, Any]) -> bool:
-        """Launch the process and hand it ``config`` (connection, interval, statements,
-        worker row); False, said once, if it cannot start."""
+        """Launch the process with ``config`` (connection, interval, statements, worker
+        row) and supervise it; False, said once, where it cannot run at all."""
         if not sys.platform.startswith("linux"):
             logger.warning(WITHOUT, self.worker_id, "it needs Linux")
             return False
-        env = dict(os.environ)
-        # the worker's own import path, so the process finds psycopg and this package
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        try:
-            text = json.dumps({**config, "parent": os.getpid()})
-            self.proc = subprocess.Popen(  # noqa: S603 - our interpreter, a module name of ours
-                [sys.executable, "-m", self.module],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-                text=True,
-                bufsize=1,
-            )
-            self._write(text + "\n")
-        except (OSError, TypeError, ValueError) as exc:
-            self._give_up(f"it could not start: {exc}")
-            if self.proc is not None:
-                self.proc.kill()
-                self.proc.wait()
-            return False
-        if self.proc.stdout is not None:
-            self._reader = threading.Thread(
-                target=self._read, args=(self.proc.stdout,), name="pgjobs-pulse", daemon=True
-            )
-            self._reader.start()
+        self._config = config
+        self._spawn()  # a failure is said, and tried again by the supervisor
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="pgjobs-pulse-supervisor", daemon=True
+        )
+        self._supervisor.start()
         return True
 
     # ------------------------------------------------------------------ to the process
 
     def added(self, items: Iterable[tuple[int, int]]) -> None:
         """Jobs just claimed, before they can start."""
-        self._write("".join(f"+ {job} {lease}\n" for job, lease in items))
+        text = "".join(f"+ {job} {lease}\n" for job, lease in items)
+        with self._lock:
+            if self._child is not None:
+                self._child.send(text)
 
-    def beaten(self, leases: Callable[[], list[tuple[int, int]]], started: float) -> None:
+    def beaten(self, leases: Leases, started: float) -> None:
         """The thread beat, starting at ``started`` (``time.monotonic()``, one clock
         for every process of the machine): the whole set now in flight."""
         with self._lock:
-            items = leases()
-            pairs = ",".join(f"{j}:{lease}" for j, lease in items)
-            self._write_locked(f"= @{started:.6f} {pairs}\n")
-
-    def _write(self, text: str) -> None:
-        with self._lock:
-            self._write_locked(text)
-
-    def _write_locked(self, text: str) -> None:
-        if self._broken or self.proc is None or self.proc.stdin is None or not text:
-            return
-        try:
-            self.proc.stdin.write(text)
-            self.proc.stdin.flush()
-        except (OSError, ValueError) as exc:
-            self._give_up(f"it stopped: {exc}")
+            if self._child is None:
+                return
+            pairs = ",".join(f"{j}:{lease}" for j, lease in leases())
+            mark = f"@{started:.6f}"
+            self._child.send(f"= {mark} {pairs}\n", whole=mark)
 
     # ------------------------------------------------------------------ from the process
 
-    def _read(self, stdout: IO[str]) -> None:
-        for line in stdout:
-            words = line.split()
-            if words == ["ready"]:
+    def _on_line(self, child: PulseChild, words: list[str]) -> None:
+        if words == ["ready"]:
+            if child is self._child:  # degraded until a replacement proves it runs
+                self._degraded = None
                 self.ready.set()
-            elif len(words) == 3 and words[0] == "lost":
-                try:
-                    self.on_lost(int(words[1]), int(words[2]))
-                except Exception:  # reading on matters more: an unread pipe stops its beats
-                    logger.exception("worker %s: reporting a lost lease failed", self.worker_id)
-        proc = self.proc
-        if not self._broken and proc is not None:  # not stop(): it died
-            self._give_up(f"it exited with status {proc.wait()}")
+        elif len(words) == 3 and words[0] == "lost":
+            try:
+                self.on_lost(int(words[1]), int(words[2]))
+            except Exception:  # reading on matters more: an unread pipe stops its beats
+                logger.exception("worker %s: reporting a lost lease failed", self.worker_id)
 
-    def _give_up(self, why: str) -> None:
-        if not self._broken:
-            self._broken = True
-            logger.warning(WITHOUT, self.worker_id, why)
+    # ------------------------------------------------------------------ supervision
+
+    def _spawn(self) -> int | None:
+        """Start a process and hand it the config and the whole set in flight; its pid
+        (None: it could not start, or the link stops)."""
+        try:
+            child = PulseChild.spawn(self.module, self._on_line, self._wake)
+        except (OSError, ValueError) as exc:
+            self._degraded = f"it could not start: {exc}"
+            if not self._failing:
+                self._failing = True
+                logger.warning(WITHOUT, self.worker_id, self._degraded)
+            return None
+        with self._lock:
+            if self._stopping.is_set():  # stop() came meanwhile: nothing may outlive it
+                child.kill()
+                return None
+            # Under the lock: every claim not in this set is sent to this process.
+            leases = self._leases() if self._leases is not None else []
+            config = {**self._config, "parent": os.getpid(), "leases": leases}
+            child.send(json.dumps(config) + "\n", keep=True)
+            self.ready.clear()
+            self._child = child
+        self._failing = False
+        return child.pid
+
+    def _supervise(self) -> None:
+        interval = float(self._config.get("interval", 1.0))
+        tick = min(0.5, interval / 4)
+        silent_after = max(SILENT_AFTER, SILENT_INTERVALS * interval)
+        delay = RESTART_FIRST
+        last = time.monotonic()
+        while not self._stopping.is_set():
+            self._wake.wait(tick)
+            self._wake.clear()
+            now = time.monotonic()
+            # Time this thread did not run (a job holding the GIL) is not silence.
+            gap, last = min(now - last, 2 * tick), now
+            child = self._child
+            if child is not None:
+                child.flush()  # what a full pipe could not take before
+                why = child.trouble(gap, silent_after)
+                if why is None:
+                    continue
+                if now - child.started >= RESTART_RESET:
+                    delay = RESTART_FIRST
+                self._drop(child, why, delay)
+            if self._stopping.wait(delay):
+                return
+            pid = self._spawn()
+            if pid is not None:
+                self.restarts += 1
+                logger.warning(
+                    "worker %s: heartbeat process restarted (pid %d)", self.worker_id, pid
+                )
+            delay = min(delay * 2, RESTART_MAX)
+            last = time.monotonic()
+
+    def _drop(self, child: PulseChild, why: str, delay: float) -> None:
+        with self._lock:
+            if self._child is child:
+                self._child = None
+        self._degraded = f"heartbeat process {child.pid} dropped: {why}"
+        child.kill()
+        if not self._stopping.is_set():
+            logger.warning(
+                WITHOUT + "; restarting it in %.1fs", self.worker_id, self._degraded, delay
+            )
 
     # ------------------------------------------------------------------ stop
 
     def stop(self, timeout: float = 5.0) -> None:
         """Close its stdin (it exits at EOF) and wait: it must not refresh the worker
         row after the worker deletes it. Killed if it does not exit in time."""
+        self._stopping.set()
+        self._wake.set()
         with self._lock:
-            proc, self.proc = self.proc, None
-            self._broken = True
-            if proc is None:
-                return
-            try:
-                if proc.stdin is not None:
-                    proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if self._reader is not None:
-            self._reader.join(timeout=timeout)
-        if proc.stdout is not None:
-            proc.stdout.close()
+            child, self._child = self._child, None
+        if child is not None:
+            child.close(timeout)
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=timeout)

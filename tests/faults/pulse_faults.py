@@ -8,6 +8,8 @@ heartbeat process as ``python -m tests.faults.pulse_faults`` (the injector sets
 ``Pulse.connect`` so that the process's connection goes through the same plan (its
 path comes with the worker's environment), then runs ``django_pgjobs.pulse.main()``
 unchanged. Production starts ``python -m django_pgjobs.pulse``, which has no hook.
+A plan's ``down_while`` (a path) keeps the process from starting while that file
+exists: the worker's supervisor meets a process that dies at once, again and again.
 
 The process's two statements are named after the entries of the config the worker
 hands it: ``pulse:JOB_HEARTBEAT_PULSE`` and ``pulse:WORKER_UPSERT`` (any other text:
@@ -129,6 +131,15 @@ def install() -> Injector | None:
     return injector
 
 
+def down(injector: Injector | None) -> bool:
+    """The plan's ``down_while`` file exists: this process exits at once (status 3),
+    before reading its config, as one that cannot start (its worker runs degraded and
+    tries again with backoff until the file is gone)."""
+    marker = injector.plan.get("down_while") if injector is not None else None
+    return bool(marker) and os.path.exists(marker)
+
+
 if __name__ == "__main__":
-    install()
+    if down(install()):
+        sys.exit(3)
     sys.exit(pulse.main())
