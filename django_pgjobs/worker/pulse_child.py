@@ -55,7 +55,8 @@ class PulseChild:
         self.pid = proc.pid
         self.started = time.monotonic()
         self._wake = wake  # the supervisor's: a write that failed, an EOF
-        assert proc.stdin is not None and proc.stdout is not None  # PIPE for both  # noqa: S101
+        if proc.stdin is None or proc.stdout is None:
+            raise ValueError("the heartbeat process needs pipes for stdin and stdout")
         self._fd = proc.stdin.fileno()
         os.set_blocking(self._fd, False)
         self._backlog: deque[Pending] = deque()

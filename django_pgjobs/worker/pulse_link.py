@@ -176,28 +176,35 @@ class PulseLink:
         while not self._stopping.is_set():
             self._wake.wait(tick)
             self._wake.clear()
-            now = time.monotonic()
-            # Time this thread did not run (a job holding the GIL) is not silence.
-            gap, last = min(now - last, 2 * tick), now
-            child = self._child
-            if child is not None:
-                child.flush()  # what a full pipe could not take before
-                why = child.trouble(gap, silent_after)
-                if why is None:
-                    continue
-                if now - child.started >= RESTART_RESET:
-                    delay = RESTART_FIRST
-                self._drop(child, why, delay)
-            if self._stopping.wait(delay):
-                return
-            pid = self._spawn()
-            if pid is not None:
-                self.restarts += 1
-                logger.warning(
-                    "worker %s: heartbeat process restarted (pid %d)", self.worker_id, pid
-                )
-            delay = min(delay * 2, RESTART_MAX)
-            last = time.monotonic()
+            try:
+                delay, last = self._look(delay, last, tick, silent_after)
+            except Exception:  # it must go on: the processes it started die with it
+                logger.exception("worker %s: supervising the heartbeat process", self.worker_id)
+
+    def _look(
+        self, delay: float, last: float, tick: float, silent_after: float
+    ) -> tuple[float, float]:
+        """One look at the process, replaced if it is in trouble: the next restart
+        delay and the time of this look."""
+        now = time.monotonic()
+        # Time this thread did not run (a job holding the GIL) is not silence.
+        gap = min(now - last, 2 * tick)
+        child = self._child
+        if child is not None:
+            child.flush()  # what a full pipe could not take before
+            why = child.trouble(gap, silent_after)
+            if why is None:
+                return delay, now
+            if now - child.started >= RESTART_RESET:
+                delay = RESTART_FIRST
+            self._drop(child, why, delay)
+        if self._stopping.wait(delay):
+            return delay, now
+        pid = self._spawn()
+        if pid is not None:
+            self.restarts += 1
+            logger.warning("worker %s: heartbeat process restarted (pid %d)", self.worker_id, pid)
+        return min(delay * 2, RESTART_MAX), time.monotonic()
 
     def _drop(self, child: PulseChild, why: str, delay: float) -> None:
         with self._lock:
