@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_pgjobs", "0001_squashed_0015_job_timeout_no_limit")]
+    dependencies = [("django_pgjobs", "0002_workflow_trigger_retry_order")]
 
     operations = [
         migrations.AddField(
