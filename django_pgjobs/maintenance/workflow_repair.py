@@ -25,7 +25,6 @@ from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import workflows as workflow_db
-from django_pgjobs.workflows.batches import close_batch
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -62,6 +61,11 @@ class WorkflowRepair:
     def run_once(self) -> dict[str, Any]:
         """Look at one batch of blocked jobs and at closed batches; returns counts."""
         connection = connections[self.alias]
+        # Imported here, not at the top: runjobs and the test helpers import the
+        # maintenance passes before Django's app registry is ready (settings import
+        # django_pgjobs.testing), and batches reach the models through the writer.
+        from django_pgjobs.workflows.batches import close_batch
+
         with transaction.atomic(using=self.alias), connection.cursor() as cursor:
             # the locks first, the recount in the next statement (see WF_REPAIR_LOCK)
             cursor.execute(
