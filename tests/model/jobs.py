@@ -62,13 +62,9 @@ def unique(context: JobContext, tag: int, seconds: float) -> int:
 
 async def _arun(context: JobContext, kind: str, key: str | None, block: float, wait: float) -> None:
     # The start is written in a thread that a cancel does not stop: a timeout that
-    # cancelled the task while it was written (over 1 s at CI's load) left a run
-    # started and never ended (seed 1294). So it is awaited shielded, in the try.
-    # The start is written in a thread that a cancel does not stop: a timeout that
-    # cancelled the task while it was written (over 1 s at CI's load) left a run
-    # started and never ended (seed 1294). So it is awaited shielded, in the try. Both
-    # writes are executor futures, not tasks: a neighbour cancelling every task of the
-    # loop (``acancel``) cannot reach them.
+    # cancelled the task while it was written left a run started and never ended. So it
+    # is awaited shielded, in the try. Both writes are executor futures, not tasks: a
+    # neighbour cancelling every task of the loop (``acancel``) cannot reach them.
     loop = asyncio.get_running_loop()
     starting = loop.run_in_executor(None, records.start, context, kind, key)
     finished = False
@@ -80,7 +76,16 @@ async def _arun(context: JobContext, kind: str, key: str | None, block: float, w
     finally:
         # Cancelled (a timeout, a cancel, a neighbour): the run ends here, with the task.
         run = await asyncio.shield(starting)
-        await asyncio.shield(loop.run_in_executor(None, records.end, run, finished))
+        ending = loop.run_in_executor(None, records.end, run, finished)
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            # Cancelled while the end was written: the task did not return after all,
+            # and the queue gives the run back. The record says so once it is written.
+            ending.add_done_callback(
+                lambda _: loop.run_in_executor(None, records.end, run, False)
+            )
+            raise
 
 
 @job(queue=ASYNC, takes_context=True, max_attempts=ATTEMPTS)
