@@ -74,6 +74,27 @@ def run_burst_worker(worker: Any, timeout: float = 30.0) -> int:
     return codes[0]
 
 
+def manage(
+    *argv: str, db: str | None = None, settings: str = "tests.settings", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m django ARGV`` as a user runs it, on database ``db`` (default: the
+    test database)."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": settings,
+        "PYTHONPATH": str(ROOT),
+        "PGJOBS_WORKER_DB_NAME": db or connection.settings_dict["NAME"],
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def dsn() -> str:
     """A libpq DSN for the test database (for connections outside Django's)."""
     params = connection.get_connection_params()

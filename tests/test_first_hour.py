@@ -21,28 +21,9 @@ from django_pgjobs.checks import check_settings
 from django_pgjobs.health.probe import main as health_main
 from django_pgjobs.models import Job
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY
-from tests.conftest import ROOT, WorkerProcess, dsn, wait_until
+from tests.conftest import ROOT, WorkerProcess, dsn, manage, wait_until
 
 pytestmark = pytest.mark.process
-
-
-def manage(
-    *argv: str, db: str | None = None, settings: str = "tests.settings", timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": settings,
-        "PYTHONPATH": str(ROOT),
-        "PGJOBS_WORKER_DB_NAME": db or connection.settings_dict["NAME"],
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "django", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 # --------------------------------------------------------------------------- logging

@@ -7,9 +7,6 @@ sentence naming the fix (Django itself would migrate nothing and say nothing).""
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import ROOT, dsn
+from tests.conftest import dsn, manage
 
 pytestmark = pytest.mark.process
 
@@ -80,27 +77,9 @@ def recorded(db: str) -> list[str]:
     return [name for (name,) in rows]
 
 
-def manage(db: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``python -m django ARGV`` on database ``db``, as a user runs it."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "PYTHONPATH": str(ROOT),
-        "PGJOBS_WORKER_DB_NAME": db,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "django", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
 def migrated_fresh(scratch_db: Callable[[], str]) -> str:
     db = scratch_db()
-    proc = manage(db, "migrate", "django_pgjobs")
+    proc = manage("migrate", "django_pgjobs", db=db, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Applying django_pgjobs.{SQUASH}... OK" in proc.stdout
     return db
@@ -120,7 +99,7 @@ def test_an_empty_database_migrates_to_the_latest(scratch_db: Callable[[], str])
     # Django records the replaced migrations with the squash: code that depends on any of
     # them (another app's migration, a later one of ours) finds it applied.
     assert recorded(db) == LATEST
-    shown = manage(db, "showmigrations", "django_pgjobs")
+    shown = manage("showmigrations", "django_pgjobs", db=db, timeout=180)
     assert shown.stdout.split()[:3] == ["django_pgjobs", "[X]", SQUASH], shown.stdout
     tables = schema(db)
     assert [name for _, name, *_ in tables["triggers"]] == ["pgjobs_workflow_step"]
@@ -136,7 +115,7 @@ def test_a_database_migrated_by_the_replaced_series_migrates_on_to_the_same_sche
     scratch_db: Callable[[], str],
 ) -> None:
     old = at_0015(scratch_db)
-    proc = manage(old, "migrate", "django_pgjobs")
+    proc = manage("migrate", "django_pgjobs", db=old, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Applying django_pgjobs.{SQUASH}" not in proc.stdout  # nothing of it runs again
     fresh = migrated_fresh(scratch_db)
@@ -146,7 +125,7 @@ def test_a_database_migrated_by_the_replaced_series_migrates_on_to_the_same_sche
         assert before[what] == after[what], what
     assert all(before.values())
     # and it migrates back to nothing through the squash's reverse
-    proc = manage(old, "migrate", "django_pgjobs", "zero")
+    proc = manage("migrate", "django_pgjobs", "zero", db=old, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     emptied = schema(old)
     assert emptied["columns"] == emptied["functions"] == emptied["triggers"] == []
@@ -163,10 +142,10 @@ def test_a_database_part_way_through_the_replaced_series_is_refused_naming_the_f
         "has django-pgjobs migrations up to 0006_trace_context applied but not the rest of "
         "the series 0001-0015"
     )
-    proc = manage(db, "migrate", "django_pgjobs")
+    proc = manage("migrate", "django_pgjobs", db=db, timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "django_pgjobs.E011" in proc.stderr and fix in proc.stderr, proc.stderr
     assert "migrate it to 0015_job_timeout_no_limit" in proc.stderr
-    worker = manage(db, "runjobs", "--burst")
+    worker = manage("runjobs", "--burst", db=db, timeout=180)
     assert worker.returncode == 2, worker.stderr
     assert fix in worker.stderr
