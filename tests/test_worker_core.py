@@ -30,8 +30,10 @@ from django_pgjobs.db.job_outcome import (
     job_retry,
 )
 from django_pgjobs.errors import error_entry
-from django_pgjobs.models import Job
+from django_pgjobs.models import Job, JobResult
 from django_pgjobs.throttle import Backoff
+from django_pgjobs.worker import claimer as claimer_module
+from django_pgjobs.worker import completer as completer_module
 from django_pgjobs.worker import executor
 from django_pgjobs.worker.claimer import ClaimSize
 from django_pgjobs.worker.completer import Completer
@@ -40,6 +42,7 @@ from django_pgjobs.worker.heartbeat import Heartbeat, WorkerRow
 from django_pgjobs.worker.inflight import DONE, InFlight, InFlightTable
 from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.outcomes import Outcome
+from django_pgjobs.worker.running import JobRuns
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -323,3 +326,74 @@ def test_a_stopping_worker_waits_for_outcomes_not_yet_on_the_completers_queue() 
     assert table.unsettled() == [timed]
     completer.put(timed, executor.timed_out(second, 0.1, "w"))
     assert table.unsettled() == []
+
+
+def test_large_results_are_written_in_several_batches_and_none_is_lost(
+    transactional_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completer stops a batch once its results pass ``BATCH_BYTES``: a worker whose
+    jobs return large values writes them in several statements instead of one holding
+    them all (with its copies in the driver), and still writes every one of them."""
+    monkeypatch.setattr(completer_module, "BATCH_BYTES", 500)
+    ids = [jobs.add.enqueue(i, i).id for i in range(5)]
+    claimed = claim.claim(connection, worker="w", queues=None, n=10)
+    worker = Worker(maintenance=False)
+    sizes: list[int] = []
+    write_batch = worker.completer.write_batch
+
+    def recorded(connection: Any, batch: Any, backoff: Backoff) -> None:
+        sizes.append(len(batch))
+        write_batch(connection, batch, backoff)
+
+    monkeypatch.setattr(worker.completer, "write_batch", recorded)
+    for c in claimed:
+        entry = InFlight(c, make_context(c, "w"), state=DONE)
+        worker.inflight.add([entry])
+        value = f"{c.id:0>200}"
+        worker.completer.put(entry, Outcome("completed", value=value, encoded=f'"{value}"'))
+    worker.completer.close()
+    worker.completer.run()
+    assert sizes == [3, 2]  # 202 + 202 + 202 characters pass 500: the third ends a batch
+    assert worker.counts["completed"] == 5 and len(worker.inflight) == 0
+    rows = dict(JobResult.objects.filter(job_id__in=ids).values_list("job_id", "value"))
+    assert rows == {i: f"{i:0>200}" for i in ids}
+
+
+def test_claiming_pauses_while_large_results_wait_for_the_completer(
+    transactional_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outcomes waiting for the completer are bounded in bytes as well as in number: a
+    worker whose jobs return large values stops claiming until they are written, so
+    they cannot pile up in its memory (or stall its completions until it is taken for
+    lost)."""
+    monkeypatch.setattr(claimer_module, "MAX_WAITING_BYTES", 1000)
+    worker = Worker(maintenance=False)
+    runs = JobRuns(
+        table=worker.inflight,
+        hand_over=worker.completer.put,
+        observe=worker.claimer.size.observe,
+        wake=worker.claimer.wake,
+        run_over=worker.completer.run_over,
+        worker_id="w",
+        alias="default",
+        concurrency=4,
+        async_concurrency=1,
+        use_async=False,
+    )
+    try:
+        assert worker.claimer.claimable(runs) > 0
+        ids = [jobs.add.enqueue(i, i).id for i in range(2)]
+        for c in claim.claim(connection, worker="w", queues=None, n=2):
+            entry = InFlight(c, make_context(c, "w"), state=DONE)
+            worker.inflight.add([entry])
+            value = "x" * 600
+            worker.completer.put(entry, Outcome("completed", value=value, encoded=f'"{value}"'))
+        assert worker.inflight.waiting_bytes == 1204
+        assert worker.claimer.claimable(runs) == 0
+        worker.completer.close()
+        worker.completer.run()
+        assert worker.inflight.waiting_bytes == 0
+        assert worker.claimer.claimable(runs) > 0
+        assert set(Job.objects.filter(id__in=ids).values_list("status", flat=True)) == {"completed"}
+    finally:
+        runs.stop(wait=True)

@@ -39,6 +39,10 @@ from django_pgjobs.worker.running import JobRuns
 
 logger = logging.getLogger("django_pgjobs")
 
+#: Characters of results' JSON waiting for the completer past which claiming pauses:
+#: jobs returning large values are written before more are run (a few batches of
+#: ``completer.BATCH_BYTES``).
+MAX_WAITING_BYTES = 32 * 1024 * 1024
 #: Longest a saturated worker waits for more free slots before a claim (seconds).
 GATHER_WAIT = 0.005
 #: Work a prefetch should cover: the time a claim takes, with margin (seconds).
@@ -226,7 +230,10 @@ class Claimer:
             self._wakeup.wait(self.poll_interval * random.uniform(0.8, 1.2))
 
     def claimable(self, runs: JobRuns) -> int:
-        """The next claim's size (``ClaimSize.claimable``), no more than --max-jobs leaves."""
+        """The next claim's size (``ClaimSize.claimable``), no more than --max-jobs leaves;
+        none while the results waiting for the completer pass ``MAX_WAITING_BYTES``."""
+        if self.table.waiting_bytes >= MAX_WAITING_BYTES:
+            return 0
         want = self.size.claimable(self.table.load(), has_loop=runs.has_loop)
         if self.max_jobs is not None:
             want = min(want, self.max_jobs - self.claimed_count)

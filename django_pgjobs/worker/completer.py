@@ -2,9 +2,9 @@
 of its own, so the claim loop and the job threads never wait for a write.
 
 Outcomes arrive one by one (``put``) and are written in batches: whatever is queued
-when the completer looks goes into one statement for the completions
-(``outcomes.write_batch``), retries and dead letters beside it. Every outcome is
-written and reported exactly once, whatever goes wrong:
+when the completer looks (up to ``BATCH_BYTES`` of results) goes into one statement
+for the completions (``outcomes.write_batch``), retries and dead letters beside it.
+Every outcome is written and reported exactly once, whatever goes wrong:
 
 * a connection error: back off and repeat the rest. The repeat uses the statements'
   redo form, which recognises a write of the same lease that committed before its
@@ -49,6 +49,8 @@ logger = logging.getLogger("django_pgjobs")
 Item = tuple[InFlight, Outcome]
 #: an outcome, or ``(entry, None)``: the run given up on has really ended
 Queued = tuple[InFlight, Outcome | None]
+#: A batch stops growing once its results' JSON passes this many characters.
+BATCH_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(kw_only=True, eq=False)
@@ -68,6 +70,7 @@ class Completer:
     _owed: list[InFlight] = field(default_factory=list, init=False)
 
     def put(self, entry: InFlight, outcome: Outcome) -> None:
+        self.table.results_waiting(_size(outcome))
         self._done.put((entry, outcome))
         entry.handed = True  # after the put: a stopping worker waits for this (drain)
 
@@ -82,24 +85,15 @@ class Completer:
     def run(self) -> None:
         backoff = Backoff("completion connection")
         connection = connections[self.alias]
-        finished = False
+        closing = False
         try:
-            while not finished:
-                item = self._done.get()
-                batch: list[Queued] = []
-                if item is None:
-                    finished = True
-                else:
-                    batch.append(item)
-                while True:
-                    try:
-                        more = self._done.get_nowait()
-                    except queue.Empty:
+            while True:
+                batch, closed = self._take(block=not closing)
+                closing = closing or closed
+                if not batch:
+                    if closing:
                         break
-                    if more is None:
-                        finished = True
-                    else:
-                        batch.append(more)
+                    continue
                 try:
                     self.write_batch(connection, batch, backoff)
                 except BaseException:  # the completer never dies
@@ -108,8 +102,34 @@ class Completer:
                         len(batch),
                     )
                     self._forget([entry for entry, outcome in batch if outcome is not None])
+                finally:
+                    self.table.results_waiting(-sum(_size(outcome) for _, outcome in batch))
+                    self.wake()
         finally:
             connection.close()
+
+    def _take(self, *, block: bool) -> tuple[list[Queued], bool]:
+        """The next batch: what is queued (waiting for the first item if ``block``), up
+        to ``BATCH_BYTES`` of results; and whether ``close()`` was seen. Large results
+        go in several statements, so no one statement and its copies in the driver
+        hold them all at once."""
+        batch: list[Queued] = []
+        size = 0
+        closed = False
+        while size < BATCH_BYTES:
+            try:
+                if block and not batch and not closed:
+                    item = self._done.get()
+                else:
+                    item = self._done.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                closed = True
+                continue
+            batch.append(item)
+            size += _size(item[1])
+        return batch, closed
 
     def write_batch(self, connection: Any, batch: list[Queued], backoff: Backoff) -> None:
         """Write and report every outcome of ``batch`` exactly once. Connection errors:
@@ -286,3 +306,8 @@ class Completer:
         """Outcomes that cannot be written: the reaper reclaims their jobs after STALE_AFTER."""
         self.table.forget(entries)
         self.wake()
+
+
+def _size(outcome: Outcome | None) -> int:
+    """The characters of JSON an outcome's result adds to its batch."""
+    return len(outcome.encoded or "") if outcome is not None else 0

@@ -75,6 +75,7 @@ class InFlightTable:
         self._busy_async = 0  # async jobs on the event loop
         #: jobs whose outcome or release could not be written, left to the reaper
         self.unwritten = 0
+        self._waiting_bytes = 0  # results' JSON on the completer's queue (characters)
         #: told (id, lease) of jobs just added, before they can start: the heartbeat
         #: process (worker/pulse_link.py) must know a job that takes the GIL at once
         self.on_add: Callable[[list[tuple[int, int]]], None] | None = None
@@ -91,6 +92,17 @@ class InFlightTable:
             busy_sync, busy_async = self._busy_sync, self._busy_async
             waiting = len(self._entries) - busy_sync - busy_async
         return busy_sync, busy_async, waiting
+
+    @property
+    def waiting_bytes(self) -> int:
+        """Characters of results' JSON waiting for the completer: the claim pauses past
+        a bound, as it does past a count, so large results cannot pile up in memory."""
+        return self._waiting_bytes
+
+    def results_waiting(self, size: int) -> None:
+        """``size`` more (or, negative, fewer) characters of results wait to be written."""
+        with self._lock:
+            self._waiting_bytes += size
 
     # ------------------------------------------------------------------ moves
 
