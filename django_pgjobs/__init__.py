@@ -34,9 +34,9 @@ _WORKFLOW_NAMES = frozenset(
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from django_pgjobs.context import JobContext
     from django_pgjobs.decorators import job
     from django_pgjobs.exceptions import JobTimeout
+    from django_pgjobs.jobs.context import JobContext
     from django_pgjobs.queues import pause_queue, resume_queue
     from django_pgjobs.states import JobStatus
     from django_pgjobs.workflows import (
@@ -69,7 +69,7 @@ def __getattr__(name: str) -> Any:
 
         return JobTimeout
     if name == "JobContext":
-        from django_pgjobs.context import JobContext
+        from django_pgjobs.jobs.context import JobContext
 
         return JobContext
     if name in _WORKFLOW_NAMES:

@@ -14,16 +14,14 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_pgjobs import (
-            checks,  # noqa: F401  (registers the system checks)
-            safetext,
-        )
+        from django_pgjobs import checks  # noqa: F401  (registers the system checks)
+        from django_pgjobs.support import safetext
 
         safetext.install()  # names from rows never split log lines or reach terminals raw
 
         autodiscover_modules("jobs")
         from django_pgjobs.conf import SettingsError, get_settings
-        from django_pgjobs.registry import import_job_modules
+        from django_pgjobs.jobs.registry import import_job_modules
 
         try:
             modules = get_settings().JOB_MODULES

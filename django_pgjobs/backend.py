@@ -23,8 +23,8 @@ REQUIREMENT = (
 __all__ = ["REQUIREMENT", "TASKS_AVAILABLE", "PgJobsBackend", "PgJobsTask"]
 
 if TYPE_CHECKING or TASKS_AVAILABLE:
-    from django_pgjobs.tasks.backend import PgJobsBackend
     from django_pgjobs.tasks.bridge import PgJobsTask
+    from django_pgjobs.tasks.django_backend import PgJobsBackend
 else:
 
     def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """System checks. IDs are documented in the reference (docs/reference/checks.md).
 
 E001 database is not PostgreSQL
-E002 unknown PGJOBS key / bad PGJOBS value / bad environment variable (conf.py declares each)
+E002 unknown PGJOBS key / bad PGJOBS value / bad environment variable (conf/ declares each)
 E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
 E004 invalid recurring schedule (expression, timezone, entry)   E005 unknown task in CRON
 E010 bad PGJOBS["QUEUES"] entry (unknown key, max_running < 1, rate not "N/s"|"N/m"|"N/h")

@@ -1,6 +1,6 @@
 """``@job``: turn a function into a registered, enqueueable job (``JobFunction``).
 
-The options are validated into a ``JobDefinition`` (``definition.py``) at decoration
+The options are validated into a ``JobDefinition`` (``jobs/definition.py``) at decoration
 time, so a typo fails at import, not at 3am.
 """
 
@@ -10,11 +10,11 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
-from django_pgjobs import registry
-from django_pgjobs.definition import JobDefinition, make_definition
-from django_pgjobs.enqueue import enqueue_batch, enqueue_one
-from django_pgjobs.installed import require_installed
-from django_pgjobs.validation import check_options
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.definition import JobDefinition, make_definition
+from django_pgjobs.jobs.enqueue import enqueue_batch, enqueue_one
+from django_pgjobs.support.installed import require_installed
+from django_pgjobs.support.validation import check_options
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job

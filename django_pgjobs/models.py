@@ -18,11 +18,11 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from django_pgjobs import decoding
 from django_pgjobs.conf import get_settings
-from django_pgjobs.installed import require_installed
-from django_pgjobs.managers import JobManager
+from django_pgjobs.jobs.managers import JobManager
 from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
+from django_pgjobs.support import decoding
+from django_pgjobs.support.installed import require_installed
 
 require_installed("django_pgjobs.models")
 

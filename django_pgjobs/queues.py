@@ -16,12 +16,12 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from django_pgjobs import registry
 from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.db.notify import JOB_NOTIFY, QUEUES_CHANGED
 from django_pgjobs.db.tables import QUEUE
+from django_pgjobs.jobs import registry
 from django_pgjobs.states import TERMINAL
-from django_pgjobs.validation import check_queue
+from django_pgjobs.support.validation import check_queue
 
 logger = logging.getLogger("django_pgjobs")
 

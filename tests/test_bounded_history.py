@@ -99,7 +99,7 @@ def test_the_pg_cron_reaper_entry_renders_and_runs(bounded: None) -> None:
     """``sync_cron --pg-cron --maintenance`` installs the reaper's statement as text."""
     import psycopg
 
-    from django_pgjobs.maintenance.pgcron import REAP_ENTRY, maintenance_entries
+    from django_pgjobs.maintenance.pg_cron_engine import REAP_ENTRY, maintenance_entries
     from tests.conftest import dsn
 
     job = _running_with_history(5)

@@ -179,7 +179,7 @@ def test_the_package_reads_the_environment_only_through_declared_variables() -> 
             if text.startswith(("os.environ", "os.getenv", "environ.", "getenv(")):
                 uses.append((str(path.relative_to(root)), text))
     assert uses == [
-        ("conf.py", "os.environ.get(self.name, self.default)"),
+        ("conf/__init__.py", "os.environ.get(self.name, self.default)"),
         ("testing/embedded.py", "os.environ.setdefault('PGSERVER_POSTGRES_VERSION', '16')"),
         ("worker/isolated.py", "os.environ.pop(LIFELINE_ENV)"),
     ]

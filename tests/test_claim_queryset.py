@@ -15,7 +15,7 @@ from django_pgjobs import claim
 from django_pgjobs.claim import compiled
 from django_pgjobs.claim.plain import CLAIM_STATEMENTS, task_array
 from django_pgjobs.db.tables import JOB
-from django_pgjobs.managers import StatementParam
+from django_pgjobs.jobs.managers import StatementParam
 from django_pgjobs.models import Job
 from tests.rows import make_job
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_pgjobs.models import Job
-from django_pgjobs.safetext import printable
+from django_pgjobs.support.safetext import printable
 from django_pgjobs.testing import run_jobs
 from tests.testapp.jobs import add
 

@@ -14,10 +14,10 @@ from django.core.management.base import CommandError
 from django.db import connection, connections
 from django.test import override_settings
 
-from django_pgjobs import registry
 from django_pgjobs.checks import check_cron
 from django_pgjobs.db.notify import parse_payload
-from django_pgjobs.definition import make_definition
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.definition import make_definition
 from django_pgjobs.maintenance import cron as cron_module
 from django_pgjobs.maintenance.cron import CronTicker, Schedule, ScheduleError, collect_schedules
 from django_pgjobs.maintenance.services import default_services

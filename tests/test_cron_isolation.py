@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_pgjobs import registry
 from django_pgjobs.checks import check_cron
-from django_pgjobs.definition import make_definition
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.definition import make_definition
 from django_pgjobs.maintenance.cron import MAX_KEYED_NAME, CronTicker, Schedule
 from django_pgjobs.maintenance.services import default_services
 from django_pgjobs.models import Job

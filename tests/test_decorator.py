@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from django_pgjobs import job, registry
+from django_pgjobs import job
 from django_pgjobs.decorators import JobFunction
+from django_pgjobs.jobs import registry
 
 
 def module_level(a: int) -> int:

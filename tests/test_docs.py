@@ -82,11 +82,11 @@ def test_reference_covers_public_modules() -> None:
     import django_pgjobs
 
     names = set(django_pgjobs.__all__)
-    for module in ("models", "signals", "exceptions", "testing", "context"):
+    for module in ("models", "signals", "exceptions", "testing", "jobs.context"):
         names |= _defined_names(f"django_pgjobs.{module}")
     # JobContext's fields and methods, and the manager's querysets.
-    from django_pgjobs.context import JobContext
-    from django_pgjobs.managers import JobManager, JobQuerySet
+    from django_pgjobs.jobs.context import JobContext
+    from django_pgjobs.jobs.managers import JobManager, JobQuerySet
 
     names |= {n for n in vars(JobContext) if not n.startswith("_")}
     names |= {n for n in JobContext.__dataclass_fields__ if not n.startswith("_")}
@@ -98,9 +98,9 @@ def test_reference_covers_public_modules() -> None:
 
 def test_reference_covers_settings_checks_and_options() -> None:
     from django_pgjobs.conf import DEFAULTS
-    from django_pgjobs.definition import JOB_OPTIONS
+    from django_pgjobs.jobs.definition import JOB_OPTIONS
     from django_pgjobs.states import JobStatus
-    from django_pgjobs.validation import CALL_OPTIONS
+    from django_pgjobs.support.validation import CALL_OPTIONS
 
     names = set(DEFAULTS) | set(JOB_OPTIONS) | set(CALL_OPTIONS)
     names |= {s.value for s in JobStatus}

@@ -151,7 +151,7 @@ def test_settings_blocks_are_valid_settings(block: Block) -> None:
 @pytest.mark.parametrize("block", marked("jobs"), ids=_ids(marked("jobs")))
 def test_job_definitions_register(block: Block) -> None:
     """Executed as a jobs module: every ``@job`` in it is valid and registers."""
-    from django_pgjobs import registry
+    from django_pgjobs.jobs import registry
 
     before = {d.name for d in registry.all_definitions()}
     namespace = _namespace(block)

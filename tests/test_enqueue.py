@@ -92,7 +92,7 @@ def test_enqueue_many_inserts_all_rows_with_options() -> None:
 def test_enqueue_many_copy_goes_through_execute_wrappers(monkeypatch: Any) -> None:
     """Instrumentation installed with ``connection.execute_wrapper`` sees each COPY
     batch (as an ``executemany``), and may fail it: then nothing is written."""
-    from django_pgjobs import enqueue
+    from django_pgjobs.jobs import enqueue
 
     monkeypatch.setattr(enqueue, "BULK_BATCH", 2)
     seen: list[tuple[str, int, bool]] = []

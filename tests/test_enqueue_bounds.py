@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_pgjobs.models import Job
-from django_pgjobs.validation import MAX_DEPTH
+from django_pgjobs.support.validation import MAX_DEPTH
 from tests.testapp.jobs import add, send_email
 
 pytestmark = pytest.mark.django_db
@@ -163,7 +163,7 @@ NON_ASCII = [
 def test_python_and_sql_count_the_same_bytes(settings: Any, args: list[Any]) -> None:
     """One byte count: the UTF-8 of the JSON text as PostgreSQL prints the stored
     value. At exactly that limit both accept; one byte under, both refuse."""
-    from django_pgjobs.validation import json_bytes, json_text
+    from django_pgjobs.support.validation import json_bytes, json_text
 
     python_size = json_bytes(json_text(args)) + json_bytes(json_text({}))
     with connection.cursor() as cursor:

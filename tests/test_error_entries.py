@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from django_pgjobs.errors import error_entry, exception_type
 from django_pgjobs.models import Job
+from django_pgjobs.support.error_entries import error_entry, exception_type
 from django_pgjobs.testing import run_jobs
 from tests.testapp.jobs import FaultSurrogate, FaultUnprintable, fault_poison
 

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from django_pgjobs import job, pause_queue, registry, resume_queue
+from django_pgjobs import job, pause_queue, resume_queue
 from django_pgjobs.checks import check_queues
 from django_pgjobs.claim import UNBOUNDED, claim_statements
 from django_pgjobs.claim.claimant import Claimant
@@ -25,6 +25,7 @@ from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.exceptions import UnknownTask
+from django_pgjobs.jobs import registry
 from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
 from django_pgjobs.models import Job, KnownTask, Queue
 from django_pgjobs.models import Worker as WorkerRow

@@ -31,8 +31,8 @@ from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.db.workers import WORKER_UPSERT
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
-from django_pgjobs.pgconn import psycopg_params
 from django_pgjobs.pulse import Pulse, stopped
+from django_pgjobs.support.pgconn import psycopg_params
 from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.pulse_link import PulseLink
 from tests import run_records

@@ -17,16 +17,16 @@ from django.utils import timezone
 
 from django_pgjobs.claim.limited import job_claim_limited
 from django_pgjobs.claim.rows import Claimed
-from django_pgjobs.context import JobContext
 from django_pgjobs.db.held_slots import held_slot_free
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import job_release, job_retry, job_timed_out
 from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.db.workers import WORKER_DELETE
+from django_pgjobs.jobs.context import JobContext
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import HeldSlot, Job, Queue
 from django_pgjobs.models import Worker as WorkerRow
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import executor
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.inflight import InFlight, InFlightTable

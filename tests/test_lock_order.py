@@ -39,7 +39,7 @@ from django_pgjobs.db.job_outcome import (
     job_retry,
 )
 from django_pgjobs.db.reap import job_reap_stale
-from django_pgjobs.errors import error_entry
+from django_pgjobs.support.error_entries import error_entry
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.scale]

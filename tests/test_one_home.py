@@ -11,11 +11,11 @@ import pytest
 from django.dispatch import Signal
 
 from django_pgjobs import signals
-from django_pgjobs.ages import format_age
 from django_pgjobs.conf import DEFAULTS, SETTINGS, PgJobsSettings, Setting, build_settings
 from django_pgjobs.health import overview
-from django_pgjobs.pgconn import DJANGO_ONLY, psycopg_params
 from django_pgjobs.states import FINISHED, TERMINAL, JobStatus
+from django_pgjobs.support.ages import format_age
+from django_pgjobs.support.pgconn import DJANGO_ONLY, psycopg_params
 
 
 def test_finished_statuses_come_from_terminal() -> None:
@@ -80,7 +80,7 @@ def test_signals_send_logs_a_raising_receiver_with_any_sender(caplog: Any) -> No
 def test_one_backoff_for_retries_and_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
     """The reconnect throttle delays with the retries' full-jitter formula, and keeps
     logging at most one line per 10 s of failures."""
-    from django_pgjobs import retry, throttle
+    from django_pgjobs.support import retry, throttle
 
     seen: list[tuple[int, float, float]] = []
 

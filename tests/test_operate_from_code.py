@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_pgjobs import operations
+from django_pgjobs.jobs import operations
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
 from tests.conftest import ROOT

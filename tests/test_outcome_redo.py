@@ -26,9 +26,9 @@ from django_pgjobs.db.job_outcome import (
     job_retry,
     job_timed_out,
 )
-from django_pgjobs.errors import error_entry
 from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.models import Job
+from django_pgjobs.support.error_entries import error_entry
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.outcomes import Outcome

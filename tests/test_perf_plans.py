@@ -28,7 +28,7 @@ from psycopg import sql as psycopg_sql
 
 from django_pgjobs import claim
 from django_pgjobs.db import job_admin, job_outcome
-from django_pgjobs.db.errors import error_params
+from django_pgjobs.db.error_history import error_params
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import JOB, RESULT
 from django_pgjobs.worker.runners import JobRunners

@@ -24,7 +24,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_pgjobs.db import status as status_sql
+from django_pgjobs.db import reports as status_sql
 from django_pgjobs.db.tables import JOB, MINUTE, ROLLUP_MARK
 from django_pgjobs.maintenance import rollup as rollup_module
 from django_pgjobs.maintenance.rollup import RETENTION, Rollup

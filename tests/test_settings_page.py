@@ -27,7 +27,7 @@ def test_the_page_shows_exactly_the_declared_tables() -> None:
         assert match
     assert match.group(2) == reference_tables(), (
         "docs/reference/settings.md does not show the settings declared in "
-        f"django_pgjobs/conf.py; regenerate its tables with: {REGENERATE}"
+        f"django_pgjobs/conf/__init__.py; regenerate its tables with: {REGENERATE}"
     )
 
 

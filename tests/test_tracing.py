@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-from django_pgjobs import tracing
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
+from django_pgjobs.support import tracing
 from django_pgjobs.testing import run_jobs
 from tests.conftest import wait_until
 from tests.otel_export import span_record

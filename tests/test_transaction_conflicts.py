@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 
 from django_pgjobs.models import Job
-from django_pgjobs.worker.db_errors import is_transaction_conflict
 from django_pgjobs.worker.executor import CONFLICT_RERUNS
+from django_pgjobs.worker.failure_kinds import is_transaction_conflict
 from django_pgjobs.worker.loop import Worker
 from tests.conftest import run_burst_worker
 from tests.testapp import jobs
@@ -91,6 +91,6 @@ def test_only_serialization_failures_and_deadlocks_are_conflicts() -> None:
 
 
 def _params() -> dict[str, Any]:
-    from django_pgjobs.pgconn import psycopg_params
+    from django_pgjobs.support.pgconn import psycopg_params
 
     return psycopg_params("default")

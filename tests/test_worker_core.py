@@ -29,9 +29,9 @@ from django_pgjobs.db.job_outcome import (
     job_dead,
     job_retry,
 )
-from django_pgjobs.errors import error_entry
 from django_pgjobs.models import Job, JobResult
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.error_entries import error_entry
+from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import claimer as claimer_module
 from django_pgjobs.worker import completer as completer_module
 from django_pgjobs.worker import executor

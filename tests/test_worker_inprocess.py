@@ -23,8 +23,8 @@ from django_pgjobs import claim, signals
 from django_pgjobs.db.job_admin import job_cancel
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
-from django_pgjobs.retry import backoff
 from django_pgjobs.states import JobStatus
+from django_pgjobs.support.retry import backoff
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY, Worker
 from tests.conftest import run_burst_worker, wait_until
 from tests.rows import make_job

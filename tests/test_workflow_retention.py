@@ -21,7 +21,7 @@ from django.db.models import F
 
 from django_pgjobs import batch, chain
 from django_pgjobs.exceptions import ParentResultMissing
-from django_pgjobs.maintenance.pgcron import PRUNE_ENTRY, maintenance_entries
+from django_pgjobs.maintenance.pg_cron_engine import PRUNE_ENTRY, maintenance_entries
 from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.maintenance.workflow_repair import WorkflowRepair
 from django_pgjobs.models import Job, JobResult

@@ -20,8 +20,9 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import Workflow, operations
+from django_pgjobs import Workflow
 from django_pgjobs.db.job_admin import job_retry_now
+from django_pgjobs.jobs import operations
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
 from tests import workflow_jobs as w

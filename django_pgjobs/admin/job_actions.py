@@ -19,9 +19,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from django_pgjobs import operations
 from django_pgjobs.admin.job_list import is_job_id
 from django_pgjobs.conf import get_settings
+from django_pgjobs.jobs import operations
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus

@@ -19,15 +19,15 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from django_pgjobs import decoding
 from django_pgjobs.admin.job_list import LIST_DEFERRED, MAX_ID
 from django_pgjobs.admin.workflows import run_link
-from django_pgjobs.ages import format_age
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.status import ERRORS_NEWEST, ERRORS_TOTAL
-from django_pgjobs.decoding import Undecodable
+from django_pgjobs.db.reports import ERRORS_NEWEST, ERRORS_TOTAL
 from django_pgjobs.models import Job, JobResult, StoredJSONField
 from django_pgjobs.states import JobStatus
+from django_pgjobs.support import decoding
+from django_pgjobs.support.ages import format_age
+from django_pgjobs.support.decoding import Undecodable
 
 #: Characters of a JSON value (args, kwargs, result) or of an error text shown on
 #: the detail page; longer values are cut with a note saying how large they are.
@@ -167,7 +167,7 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
                 kwargs_head=kwargs_head,
                 kwargs_bytes=kwargs_bytes,
                 last_error_head=Left("last_error", DETAIL_CHARS),
-                # constants of db/status.py; the one value is a parameter
+                # constants of db/reports.py; the one value is a parameter
                 errors_total=RawSQL(ERRORS_TOTAL, [], output_field=BigIntegerField()),  # noqa: S611
                 errors_newest=RawSQL(ERRORS_NEWEST, [keep], output_field=StoredJSONField()),  # noqa: S611
             )

@@ -39,15 +39,15 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from django_pgjobs import registry
 from django_pgjobs.admin.lookups import refuse_nul
-from django_pgjobs.ages import age_since, format_age
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.workers import live_tasks
 from django_pgjobs.health import overview as overview_queries
-from django_pgjobs.managers import JobQuerySet
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.managers import JobQuerySet
 from django_pgjobs.models import Job, KnownTask
 from django_pgjobs.states import JobStatus
+from django_pgjobs.support.ages import age_since, format_age
 
 #: The list counts at most this many matching rows ("more than 10,000 jobs").
 COUNT_CAP = 10_000

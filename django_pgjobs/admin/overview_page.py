@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from django_pgjobs.admin import charts
-from django_pgjobs.ages import age_since, format_age
 from django_pgjobs.conf import get_settings
 from django_pgjobs.health import overview as overview_queries
+from django_pgjobs.support.ages import age_since, format_age
 
 
 class OverviewPage(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable

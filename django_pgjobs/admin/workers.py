@@ -7,11 +7,11 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from django_pgjobs import decoding
 from django_pgjobs.admin.lookups import RefusesNulLookups
-from django_pgjobs.ages import age_since, format_age
 from django_pgjobs.conf import get_settings
 from django_pgjobs.models import Worker
+from django_pgjobs.support import decoding
+from django_pgjobs.support.ages import age_since, format_age
 
 
 @admin.register(Worker)

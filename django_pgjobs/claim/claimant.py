@@ -23,7 +23,6 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import registry
 from django_pgjobs.claim.front import ClaimFront
 from django_pgjobs.claim.limited import queue_limits
 from django_pgjobs.claim.plain import pending_queues
@@ -32,7 +31,8 @@ from django_pgjobs.claim.run import claim
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.job_outcome import job_release
 from django_pgjobs.db.notify import QUEUES_CHANGED, parse_payload
-from django_pgjobs.safetext import printable
+from django_pgjobs.jobs import registry
+from django_pgjobs.support.safetext import printable
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -26,7 +26,7 @@ from django_pgjobs.claim.plain import (
     claim_queues,
 )
 from django_pgjobs.conf import get_settings
-from django_pgjobs.managers import StatementParam
+from django_pgjobs.jobs.managers import StatementParam
 from django_pgjobs.states import JobStatus
 
 # The LIMIT compiled into the queryset (Django writes it as a literal), replaced by

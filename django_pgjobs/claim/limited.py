@@ -10,11 +10,11 @@ from typing import Any
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import registry
 from django_pgjobs.claim.plain import mark_running, task_array
 from django_pgjobs.claim.rows import Claimed, from_rows
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import HELD_SLOT, JOB, QUEUE, pending_queues_cte
+from django_pgjobs.jobs import registry
 from django_pgjobs.states import JobStatus
 
 # Every limited claim first takes this transaction-level advisory lock, in its own

@@ -21,7 +21,7 @@ from django_pgjobs.db.tables import ASYNC_COMMIT, JOB, pending_queues_cte
 from django_pgjobs.states import JobStatus
 
 # Where the claim's SQL comes from. The rows a claim takes are the queryset
-# ``Job.objects.claimable(queue)`` (managers.py): due pending jobs in claim-index
+# ``Job.objects.claimable(queue)`` (jobs/managers.py): due pending jobs in claim-index
 # order, ``select_for_update(skip_locked=True)``. It is compiled once per database
 # vendor, on first use and without a round trip (compiled.claim_statements), into the inner
 # SELECT of one ``WITH picked AS (...) UPDATE ... RETURNING`` statement, so a claim

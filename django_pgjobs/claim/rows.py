@@ -10,7 +10,7 @@ from typing import Any
 
 from django_pgjobs.db.cursor import json_value_or_placeholder
 from django_pgjobs.db.epoch import from_epoch_us
-from django_pgjobs.decoding import Undecodable
+from django_pgjobs.support.decoding import Undecodable
 
 
 @dataclass(slots=True)

@@ -15,8 +15,8 @@ import psycopg.errors
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import decoding
 from django_pgjobs.conf import get_settings
+from django_pgjobs.support import decoding
 
 #: What the statement functions that take it run on: Django's connection, or a plain
 #: psycopg connection (the fault suite and the benchmark drive them with their own).

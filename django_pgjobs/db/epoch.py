@@ -4,7 +4,7 @@ Django's timestamptz loader parses text in Python (a third of a worker's CPU per
 claim, when the claim returned ``run_at`` itself), and under ``USE_TZ = False`` it
 returns naive times, while a NOTIFY's payload carries aware ones. A bigint decodes in
 C and ``from_epoch_us`` makes it an aware UTC time whatever the project's settings;
-callers that hand a time to the ORM's world convert it there (``enqueue.py``).
+callers that hand a time to the ORM's world convert it there (``jobs/enqueue.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL
 from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN
-from django_pgjobs.validation import MAX_DEPTH as MAX_JSON_DEPTH
+from django_pgjobs.support.validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 # pgjobs_enqueue(task, args, kwargs, queue, priority, run_at, idempotency_key,
 # max_attempts): enqueue from SQL (pg_cron, triggers, psql). Validates its input

@@ -11,7 +11,7 @@ import psycopg
 from django.db import IntegrityError
 
 from django_pgjobs.db.cursor import Connection, atomic
-from django_pgjobs.db.errors import errors_kept, keep_newest
+from django_pgjobs.db.error_history import errors_kept, keep_newest
 from django_pgjobs.db.held_slots import hold
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import DEPENDENCY, JOB, UNIQUE_ACTIVE_INDEX, by_id_is

@@ -105,7 +105,7 @@ DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 
 # The existing job that owns an idempotency key (after ON CONFLICT DO NOTHING), and
 # the job that holds a unique_while key (the partial unique index's predicate).
-# {columns}: the model's column list, filled in once by the caller (enqueue.py), so
+# {columns}: the model's column list, filled in once by the caller (jobs/enqueue.py), so
 # the row becomes a ``Job`` with ``from_db``.
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
 # (A blocked workflow job holds its key from its enqueue, like a pending one.)

@@ -11,7 +11,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.db.cursor import Connection, hot_cursor, int_array, json_value, text_array
-from django_pgjobs.db.errors import dead_letter, error_params, keep_newest
+from django_pgjobs.db.error_history import dead_letter, error_params, keep_newest
 from django_pgjobs.db.held_slots import hold
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import ASYNC_COMMIT, JOB, RESULT, by_id_is

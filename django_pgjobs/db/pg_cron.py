@@ -1,4 +1,4 @@
-"""The statements of the pg_cron engine (``maintenance/pgcron.py``): find pg_cron, read and
+"""The statements of the pg_cron engine (``maintenance/pg_cron_engine.py``): find pg_cron, read and
 write the ``cron.job`` entries, and the command an entry runs."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_pgjobs.db.cursor import Connection
-from django_pgjobs.db.errors import error_entry, errors_kept, keep_newest
+from django_pgjobs.db.error_history import error_entry, errors_kept, keep_newest
 from django_pgjobs.db.held_slots import forget_gone, hold
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import JOB

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_pgjobs.db.errors import dead_letter
+from django_pgjobs.db.error_history import dead_letter
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import HELD_SLOT, JOB, KNOWN_TASK, WORKER
 from django_pgjobs.states import JobStatus

@@ -1,6 +1,6 @@
 """The last hour, minute by minute: what the overview's charts draw.
 
-Two read-only queries (``db/status.py``), each bounded like the rest of the overview — they read
+Two read-only queries (``db/reports.py``), each bounded like the rest of the overview — they read
 the minute rollup (``db/rollup.py``), the few seconds of finishes since its mark and the
 running jobs, so their cost follows neither the throughput nor the history:
 
@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs.db.status import CLAIMED_PER_MINUTE, FINISHED_PER_MINUTE
+from django_pgjobs.db.reports import CLAIMED_PER_MINUTE, FINISHED_PER_MINUTE
 from django_pgjobs.states import JobStatus
 
 #: How far back the charts go.

@@ -1,6 +1,6 @@
 """Read-only queries that describe the queue: what the admin overview and ``jobs_status`` show.
 
-This module runs every status query of both (the statements are in ``db/status.py``);
+This module runs every status query of both (the statements are in ``db/reports.py``);
 each page then formats what it needs. Each function runs **one** query whose
 cost depends on the live work (pending and running rows), on the minute rollup of
 finished jobs (``db/rollup.py``: minutes and queues, not jobs), or on PostgreSQL's
@@ -32,8 +32,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs import decoding
-from django_pgjobs.db.status import (
+from django_pgjobs.db.reports import (
     ACTIVE_QUEUES,
     INDEX_SIZE,
     STATUS_ACTIVE,
@@ -46,6 +45,7 @@ from django_pgjobs.db.status import (
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.db.workflows import STATUS_BLOCKED
 from django_pgjobs.states import TERMINAL, JobStatus
+from django_pgjobs.support import decoding
 
 #: The window of the overview's per-queue counts of finished jobs.
 RECENT_WINDOW = timedelta(hours=1)

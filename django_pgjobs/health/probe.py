@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from django_pgjobs.safetext import printable
+from django_pgjobs.support.safetext import printable
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -21,7 +21,7 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from django_pgjobs.conf import METRICS_INTERVAL, get_settings
-from django_pgjobs.db.status import QUEUE_NAMES
+from django_pgjobs.db.reports import QUEUE_NAMES
 from django_pgjobs.health import overview
 from django_pgjobs.queues import declared_queues
 

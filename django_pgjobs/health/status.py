@@ -19,14 +19,14 @@ from typing import Any
 
 from django.db import connections
 
-from django_pgjobs.ages import format_age
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.tables import JOB, RESULT
 from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.health import overview
 from django_pgjobs.health.overview import QueueCounts, TableHealth
-from django_pgjobs.safetext import printable
 from django_pgjobs.states import FINISHED
+from django_pgjobs.support.ages import format_age
+from django_pgjobs.support.safetext import printable
 
 #: The storage parameters the migration sets (docs/howto/retention-and-health.md says why).
 EXPECTED_AUTOVACUUM = (

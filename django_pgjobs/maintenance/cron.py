@@ -10,7 +10,7 @@ The ticker needs no leader: every ``runjobs`` process computes the same fire
 times and inserts each as a job with idempotency key ``cron:<name>:<fire time
 UTC>`` and ``ON CONFLICT DO NOTHING``. Whichever replica comes first inserts the
 row; the others insert nothing and see no error. The pg_cron engine builds the
-same key (see ``pgcron.py``), so even both engines together make one job per
+same key (see ``pg_cron_engine.py``), so even both engines together make one job per
 fire time (for minute-level schedules).
 
 Missed fire times: while a ticker runs it enqueues every fire time since its
@@ -35,10 +35,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from django.db import DataError, IntegrityError, connections, transaction
 
-from django_pgjobs import registry
 from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.db.job_insert import insert_params, job_insert
-from django_pgjobs.validation import (
+from django_pgjobs.jobs import registry
+from django_pgjobs.support.validation import (
     check_arguments,
     check_max_attempts,
     check_priority,

@@ -23,7 +23,7 @@ from django_pgjobs.maintenance.rollup import Rollup
 from django_pgjobs.maintenance.statistics import TableStatistics
 from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
 from django_pgjobs.maintenance.workflow_repair import WorkflowRepair
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
 

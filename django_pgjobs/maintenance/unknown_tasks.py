@@ -17,9 +17,9 @@ from django.db import connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import workers
-from django_pgjobs.errors import exception_type
 from django_pgjobs.exceptions import UnknownTask
-from django_pgjobs.registry import DISCOVERY_HINT
+from django_pgjobs.jobs.registry import DISCOVERY_HINT
+from django_pgjobs.support.error_entries import exception_type
 
 logger = logging.getLogger("django_pgjobs")
 

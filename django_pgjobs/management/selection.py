@@ -2,7 +2,7 @@
 ports, queue and status lists) and the job selection of ``retry_jobs`` and
 ``cancel_jobs`` (``--ids``, ``--task``, ``--queue``, ``--status``) turned into a
 queryset. Bad values are argument errors naming the option, raised before anything
-is written; what the commands then do is ``operations.py``'s."""
+is written; what the commands then do is ``jobs/operations.py``'s."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.management.base import CommandParser
 
-from django_pgjobs import parsers
-from django_pgjobs.conf import get_settings
+from django_pgjobs.conf import get_settings, parsers
 from django_pgjobs.states import JobStatus
-from django_pgjobs.validation import check_queue, check_text
+from django_pgjobs.support.validation import check_queue, check_text
 
 if TYPE_CHECKING:
-    from django_pgjobs.managers import JobQuerySet
+    from django_pgjobs.jobs.managers import JobQuerySet
 
 N = TypeVar("N", int, float)
 

@@ -1,6 +1,6 @@
 """What ``retry_jobs`` and ``cancel_jobs`` are: select jobs by the options
 (``selection.py``), then show them (``--dry-run``) or change them with the fenced,
-chunked operation (``operations.py``, the admin's actions too) and say how many."""
+chunked operation (``jobs/operations.py``, the admin's actions too) and say how many."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from django.db import DatabaseError
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
+from django_pgjobs.jobs.managers import JobQuerySet
 from django_pgjobs.management.autocommit import require_autocommit
 from django_pgjobs.management.selection import add_selection_arguments, selected_jobs
-from django_pgjobs.managers import JobQuerySet
 
 #: Ids listed by --dry-run before "and N more".
 SHOWN = 20

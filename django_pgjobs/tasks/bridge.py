@@ -31,16 +31,17 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from django_pgjobs import registry, signals
+from django_pgjobs import signals
 from django_pgjobs.conf import get_settings
-from django_pgjobs.definition import JobDefinition
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.definition import JobDefinition
 from django_pgjobs.states import JobStatus
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.executor import never_retry
 from django_pgjobs.worker.outcomes import Outcome
 
 if TYPE_CHECKING:
-    from django_pgjobs.context import JobContext
+    from django_pgjobs.jobs.context import JobContext
     from django_pgjobs.models import Job
 
 #: Registry-name prefix for a task whose module path is taken by a ``@job(name=...)``.
@@ -367,7 +368,7 @@ def backend_for(task: Task[..., Any]) -> Any:
     """The PgJobsBackend that reports on ``task``: its own alias, else the first of ours.
 
     A backend is ours when its tasks are ``PgJobsTask`` (``PgJobsBackend.task_class``):
-    asked of the instance, so this module need not import ``tasks/backend.py``, which
+    asked of the instance, so this module need not import ``tasks/django_backend.py``, which
     imports it."""
     from django.tasks import task_backends
 

@@ -17,8 +17,8 @@ from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
 from django_pgjobs.exceptions import PgJobsError
-from django_pgjobs.safetext import printable
 from django_pgjobs.states import JobStatus
+from django_pgjobs.support.safetext import printable
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.executor import execute
 from django_pgjobs.worker.outcomes import Outcome

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from django_pgjobs import registry, signals, tracing
+from django_pgjobs import signals
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import (
@@ -29,11 +29,13 @@ from django_pgjobs.db.job_outcome import (
     job_release,
     job_release_many,
 )
-from django_pgjobs.definition import row_timeout
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.definition import row_timeout
+from django_pgjobs.support import tracing
+from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.db_errors import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
 from django_pgjobs.worker.executor import make_context
+from django_pgjobs.worker.failure_kinds import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
 from django_pgjobs.worker.inflight import InFlight, InFlightTable
 from django_pgjobs.worker.running import JobRuns
 

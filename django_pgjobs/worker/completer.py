@@ -37,10 +37,10 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.db.held_slots import held_slot_free
-from django_pgjobs.errors import error_entry
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.error_entries import error_entry
+from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.db_errors import CONNECTION_ERRORS
+from django_pgjobs.worker.failure_kinds import CONNECTION_ERRORS
 from django_pgjobs.worker.inflight import InFlight, InFlightTable
 from django_pgjobs.worker.outcomes import Outcome
 

@@ -20,19 +20,20 @@ from typing import Any, TypeVar
 
 from django.db import connections, transaction
 
-from django_pgjobs import registry, tracing
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
-from django_pgjobs.context import JobContext
 from django_pgjobs.db.job_outcome import encode_result, result_by_key
-from django_pgjobs.decoding import Undecodable
-from django_pgjobs.definition import JobDefinition
-from django_pgjobs.errors import error_entry, storable
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, TransactionLeftOpen, UnknownTask
-from django_pgjobs.retry import backoff
-from django_pgjobs.validation import check_json, check_result_size
+from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.context import JobContext
+from django_pgjobs.jobs.definition import JobDefinition
+from django_pgjobs.support import tracing
+from django_pgjobs.support.decoding import Undecodable
+from django_pgjobs.support.error_entries import error_entry, storable
+from django_pgjobs.support.retry import backoff
+from django_pgjobs.support.validation import check_json, check_result_size
 from django_pgjobs.worker import job_connection, outcomes
-from django_pgjobs.worker.db_errors import is_transaction_conflict
+from django_pgjobs.worker.failure_kinds import is_transaction_conflict
 from django_pgjobs.worker.outcomes import Outcome
 from django_pgjobs.workflows import results
 

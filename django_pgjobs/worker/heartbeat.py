@@ -38,10 +38,10 @@ from django.db import connections
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.job_outcome import JOB_HEARTBEAT_PULSE, job_heartbeat
 from django_pgjobs.db.workers import WORKER_DELETE, WORKER_UPSERT
-from django_pgjobs.pgconn import psycopg_params, session_setup
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.pgconn import psycopg_params, session_setup
+from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import outcomes
-from django_pgjobs.worker.db_errors import DB_ERRORS
+from django_pgjobs.worker.failure_kinds import DB_ERRORS
 from django_pgjobs.worker.pulse_link import PulseLink
 
 logger = logging.getLogger("django_pgjobs")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError, connections
 
-from django_pgjobs.db.status import PENDING_PER_QUEUE
+from django_pgjobs.db.reports import PENDING_PER_QUEUE
 from django_pgjobs.queues import declared_queues
 
 

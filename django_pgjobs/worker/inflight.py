@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_pgjobs import tracing
 from django_pgjobs.claim.rows import Claimed
-from django_pgjobs.context import JobContext
+from django_pgjobs.jobs.context import JobContext
+from django_pgjobs.support import tracing
 
 QUEUED = "queued"
 RUNNING = "running"

@@ -34,10 +34,10 @@ from typing import Any, BinaryIO
 from django.db import connections
 from django.utils import timezone
 
-from django_pgjobs import registry
 from django_pgjobs.claim.rows import Claimed
-from django_pgjobs.errors import error_entry, exception_type, storable
 from django_pgjobs.exceptions import JobCrashed, LeaseLost
+from django_pgjobs.jobs import registry
+from django_pgjobs.support.error_entries import error_entry, exception_type, storable
 from django_pgjobs.worker import executor, outcomes
 from django_pgjobs.worker.inflight import InFlight
 from django_pgjobs.worker.outcomes import Outcome

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 
 from django_pgjobs.db.notify import LISTEN, LISTEN_KEEPALIVE
-from django_pgjobs.pgconn import psycopg_params, set_up_session
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.pgconn import psycopg_params, set_up_session
+from django_pgjobs.support.throttle import Backoff
 
 logger = logging.getLogger("django_pgjobs")
 

@@ -32,11 +32,11 @@ from collections.abc import Sequence
 
 from django.db import connections
 
-from django_pgjobs import registry
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.front import SWEEP_EVERY, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.claim.probe import FrontProbe
 from django_pgjobs.conf import get_settings
+from django_pgjobs.jobs import registry
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
 from django_pgjobs.queues import sync_queues_quietly
 from django_pgjobs.worker import connection_pool

@@ -39,29 +39,32 @@ if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.workflows.signature import Signature
     from django_pgjobs.workflows.writer import WorkflowConflict
 
-_HOMES = {
-    "Batch": "batches",
-    "batch": "batches",
-    "Node": "canvas",
-    "Workflow": "canvas",
-    "chain": "canvas",
-    "chord": "canvas",
-    "group": "canvas",
-    "ParentResults": "result_pages",
-    "ResultList": "result_pages",
-    "Graph": "runs",
-    "WorkflowRun": "runs",
-    "cancel_workflow": "runs",
-    "workflow_graph": "runs",
-    "Signature": "signature",
-    "WorkflowConflict": "writer",
-}
-
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'django_pgjobs.workflows' has no attribute {name!r}")
-    from importlib import import_module
+    """The public names, each imported from its home on first use (plain imports, so
+    the import graph and the layers contract see every edge)."""
+    if name in ("Batch", "batch"):
+        from django_pgjobs.workflows import batches
 
-    return getattr(import_module(f"django_pgjobs.workflows.{home}"), name)
+        return getattr(batches, name)
+    if name in ("Node", "Workflow", "chain", "chord", "group"):
+        from django_pgjobs.workflows import canvas
+
+        return getattr(canvas, name)
+    if name in ("ParentResults", "ResultList"):
+        from django_pgjobs.workflows import result_pages
+
+        return getattr(result_pages, name)
+    if name in ("Graph", "WorkflowRun", "cancel_workflow", "workflow_graph"):
+        from django_pgjobs.workflows import runs
+
+        return getattr(runs, name)
+    if name == "Signature":
+        from django_pgjobs.workflows.signature import Signature
+
+        return Signature
+    if name == "WorkflowConflict":
+        from django_pgjobs.workflows.writer import WorkflowConflict
+
+        return WorkflowConflict
+    raise AttributeError(f"module 'django_pgjobs.workflows' has no attribute {name!r}")

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 
-from django_pgjobs import tracing
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import workflows as workflow_db
-from django_pgjobs.enqueue import CURRENT_BATCH
+from django_pgjobs.jobs.enqueue import CURRENT_BATCH
+from django_pgjobs.support import tracing
 from django_pgjobs.workflows.canvas import Node, Workflow, _check_name
 from django_pgjobs.workflows.signature import Signature
 from django_pgjobs.workflows.writer import insert_nodes, job_rows, node_options

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django_pgjobs.validation import check_text
+from django_pgjobs.support.validation import check_text
 from django_pgjobs.workflows.signature import Signature
 
 if TYPE_CHECKING:

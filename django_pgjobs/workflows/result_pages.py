@@ -22,8 +22,8 @@ from typing import Any, NamedTuple, overload
 
 from django.db import connections
 
-from django_pgjobs import decoding
 from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.support import decoding
 
 #: Stored bytes of the values read by one statement (a larger value is read alone).
 PAGE_BYTES = 256 * 1024

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 
-from django_pgjobs import operations
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.jobs import operations
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job

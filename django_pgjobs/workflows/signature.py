@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_pgjobs.validation import (
+from django_pgjobs.support.validation import (
     check_arguments,
     check_json,
     check_size,
@@ -21,7 +21,7 @@ from django_pgjobs.validation import (
 )
 
 if TYPE_CHECKING:
-    from django_pgjobs.definition import JobDefinition
+    from django_pgjobs.jobs.definition import JobDefinition
 
 
 class Signature:

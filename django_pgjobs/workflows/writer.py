@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 
-from django_pgjobs import tracing
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db import workflows as workflow_db
-from django_pgjobs.enqueue import flow_keys, new_job, resolve_options
+from django_pgjobs.jobs.enqueue import flow_keys, new_job, resolve_options
 from django_pgjobs.models import Job
+from django_pgjobs.support import tracing
 from django_pgjobs.workflows.runs import WorkflowRun
 
 if TYPE_CHECKING:

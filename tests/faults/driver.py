@@ -141,7 +141,7 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "ids": ids}
     if action == "enqueue_many":
         if arg.get("batch"):  # several COPY statements in the one transaction
-            from django_pgjobs import enqueue
+            from django_pgjobs.jobs import enqueue
 
             enqueue.BULK_BATCH = int(arg["batch"])
         try:

@@ -82,9 +82,7 @@ async def _arun(context: JobContext, kind: str, key: str | None, block: float, w
         except asyncio.CancelledError:
             # Cancelled while the end was written: the task did not return after all,
             # and the queue gives the run back. The record says so once it is written.
-            ending.add_done_callback(
-                lambda _: loop.run_in_executor(None, records.end, run, False)
-            )
+            ending.add_done_callback(lambda _: loop.run_in_executor(None, records.end, run, False))
             raise
 
 

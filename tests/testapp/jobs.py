@@ -442,7 +442,7 @@ def loses_races(context: JobContext, table: str, races: int) -> int:
     rolls back); the job's write to ``table`` counts only when it commits."""
     import psycopg
 
-    from django_pgjobs.pgconn import psycopg_params
+    from django_pgjobs.support.pgconn import psycopg_params
 
     with psycopg.connect(**psycopg_params("default"), autocommit=True) as other:
         run = other.execute(

@@ -6,10 +6,10 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from django_pgjobs import operations
+from django_pgjobs.jobs import operations
+from django_pgjobs.jobs.managers import JobQuerySet
 from django_pgjobs.management.selection import CANCEL_STATUSES
 from django_pgjobs.management.selection_command import SelectionCommand
-from django_pgjobs.managers import JobQuerySet
 
 
 class Command(SelectionCommand):

@@ -12,7 +12,7 @@ from django_pgjobs.conf import get_settings
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.management.autocommit import require_autocommit
 from django_pgjobs.management.selection import positive_float
-from django_pgjobs.throttle import Backoff
+from django_pgjobs.support.throttle import Backoff
 
 
 class Command(BaseCommand):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django_pgjobs import operations
+from django_pgjobs.jobs import operations
+from django_pgjobs.jobs.managers import JobQuerySet
 from django_pgjobs.management.selection import RETRY_STATUSES
 from django_pgjobs.management.selection_command import SelectionCommand
-from django_pgjobs.managers import JobQuerySet
 
 
 class Command(SelectionCommand):

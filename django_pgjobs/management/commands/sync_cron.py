@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.maintenance import pgcron
+from django_pgjobs.maintenance import pg_cron_engine
 from django_pgjobs.maintenance.cron import ScheduleError, load_schedules
 from django_pgjobs.management.autocommit import require_autocommit
 
@@ -58,13 +58,13 @@ class Command(BaseCommand):
             self._list(schedules, options["count"])
             return
         try:
-            location, changes = pgcron.sync(
+            location, changes = pg_cron_engine.sync(
                 schedules,
                 maintenance=options["maintenance"],
                 uninstall=options["uninstall"],
                 dry_run=options["dry_run"],
             )
-        except pgcron.PgCronError as exc:
+        except pg_cron_engine.PgCronError as exc:
             raise CommandError(str(exc)) from None
         where = (
             "this database"

@@ -20,10 +20,12 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_pgjobs import parsers
-from django_pgjobs.parsers import Parser
-from django_pgjobs.parsers import SettingsError as SettingsError  # re-exported: callers know conf
-from django_pgjobs.parsers import suggest as suggest
+from django_pgjobs.conf import parsers
+from django_pgjobs.conf.parsers import Parser
+from django_pgjobs.conf.parsers import (
+    SettingsError as SettingsError,
+)  # re-exported: callers know conf
+from django_pgjobs.conf.parsers import suggest as suggest
 
 T = TypeVar("T")
 

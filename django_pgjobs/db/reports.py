@@ -4,7 +4,7 @@ overview, table health, the overview's charts, the worker's liveness file and
 
 from __future__ import annotations
 
-from django_pgjobs.db.errors import keep_newest
+from django_pgjobs.db.error_history import keep_newest
 from django_pgjobs.db.rollup import claimed_since, finished_since
 from django_pgjobs.db.tables import JOB, QUEUE, WORKER, pending_queues_cte
 from django_pgjobs.states import JobStatus

@@ -20,9 +20,9 @@ from django.tasks.signals import task_enqueued
 
 from django_pgjobs import signals
 from django_pgjobs.conf import get_settings, suggest
-from django_pgjobs.enqueue import enqueue_one
+from django_pgjobs.jobs.enqueue import enqueue_one
+from django_pgjobs.support.validation import check_key, check_max_attempts, check_queue
 from django_pgjobs.tasks import bridge
-from django_pgjobs.validation import check_key, check_max_attempts, check_queue
 
 #: Keys accepted in ``TASKS[alias]["OPTIONS"]`` (case-insensitive).
 OPTION_KEYS = frozenset({"max_attempts"})

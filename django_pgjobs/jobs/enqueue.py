@@ -19,7 +19,6 @@ from django.db import connections, transaction
 from django.db.models import JSONField
 from django.utils import timezone
 
-from django_pgjobs import keys, registry, tracing
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db.cursor import hot_cursor
@@ -33,8 +32,10 @@ from django_pgjobs.db.job_insert import (
     job_insert,
 )
 from django_pgjobs.db.notify import JOB_NOTIFY_DUE
-from django_pgjobs.definition import stored_timeout
-from django_pgjobs.validation import (
+from django_pgjobs.jobs import keys, registry
+from django_pgjobs.jobs.definition import stored_timeout
+from django_pgjobs.support import tracing
+from django_pgjobs.support.validation import (
     check_arguments,
     check_options,
     check_size,
@@ -43,7 +44,7 @@ from django_pgjobs.validation import (
 )
 
 if TYPE_CHECKING:
-    from django_pgjobs.definition import JobDefinition
+    from django_pgjobs.jobs.definition import JobDefinition
     from django_pgjobs.models import Job
 
 #: Rows per COPY batch in ``enqueue_many``.
@@ -254,7 +255,7 @@ def enqueue_one(
         unique_key=opts.get("unique_key"),
         workflow_id=opts.get("workflow_id"),
     )
-    # OpenTelemetry (tracing.py): a send span, whose context the row stores. A
+    # OpenTelemetry (support/tracing.py): a send span, whose context the row stores. A
     # shared no-op context when tracing is off.
     with (
         tracing.publish(definition.name, opts["queue"]) as publish,

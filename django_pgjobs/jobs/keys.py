@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_pgjobs.definition import JobDefinition
+    from django_pgjobs.jobs.definition import JobDefinition
 
 UNIQUE_WHILE = ("pending", "active")
 #: Highest concurrency_limit (a smallint column).

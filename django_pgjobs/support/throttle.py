@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
-from django_pgjobs.retry import backoff
+from django_pgjobs.support.retry import backoff
 
 logger = logging.getLogger("django_pgjobs")
 

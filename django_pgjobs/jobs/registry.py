@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from django_pgjobs.exceptions import UnknownTask
 
 if TYPE_CHECKING:
-    from django_pgjobs.definition import JobDefinition
+    from django_pgjobs.jobs.definition import JobDefinition
 
 #: Where ``@job`` functions must live to be found (said in errors and docs).
 DISCOVERY_HINT = (

@@ -32,7 +32,7 @@ from django_pgjobs.db.prune import JOB_PRUNE_BATCH
 from django_pgjobs.db.reap import JOB_REAP_STALE, reap_params
 from django_pgjobs.maintenance.cron import Schedule
 from django_pgjobs.maintenance.pruner import Pruner
-from django_pgjobs.pgconn import psycopg_params, set_up_session
+from django_pgjobs.support.pgconn import psycopg_params, set_up_session
 
 PREFIX = "pgjobs:"
 REAP_ENTRY = PREFIX + "_reap"

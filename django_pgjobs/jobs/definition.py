@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_pgjobs.conf import get_settings, suggest
-from django_pgjobs.keys import check_concurrency, check_fields_exist, check_unique_while
-from django_pgjobs.validation import (
+from django_pgjobs.jobs.keys import check_concurrency, check_fields_exist, check_unique_while
+from django_pgjobs.support.validation import (
     check_max_attempts,
     check_priority,
     check_queue,

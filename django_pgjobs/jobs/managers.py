@@ -17,9 +17,9 @@ from django.db.models.functions import Cast, Now
 from django.db.models.lookups import IsNull
 from django.utils import timezone
 
-from django_pgjobs import operations
 from django_pgjobs.db import job_admin
-from django_pgjobs.enqueue import enqueue_by_name
+from django_pgjobs.jobs import operations
+from django_pgjobs.jobs.enqueue import enqueue_by_name
 from django_pgjobs.states import TERMINAL, JobStatus
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The value parsers of the ``PGJOBS`` keys and the environment variables (``conf.py``).
+"""The value parsers of the ``PGJOBS`` keys and the environment variables (``conf/__init__.py``).
 
 A parser checks one value and normalises it (a duration becomes float seconds), and
 knows how the reference page names its type and shows its default, so the page's
