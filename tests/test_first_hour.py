@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from django_pgjobs.checks import check_settings
-from django_pgjobs.health.probe import main as health_main
+from django_pgjobs.health.health_file import main as health_main
 from django_pgjobs.models import Job
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY
 from tests.conftest import ROOT, WorkerProcess, dsn, manage, wait_until

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from django_pgjobs.health.probe import main as health_main
-from django_pgjobs.health.probe import probe
+from django_pgjobs.health.health_file import main as health_main
+from django_pgjobs.health.health_file import probe
 from django_pgjobs.models import Job
 from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.testapp.jobs import add, sleep_then_mark
@@ -193,7 +193,7 @@ def test_the_file_needs_a_fresh_heartbeat_and_a_working_slot(tmp_path: Path) -> 
 
     from django.utils import timezone
 
-    from django_pgjobs.health.probe import HealthFile
+    from django_pgjobs.health.health_file import HealthFile
     from django_pgjobs.models import Worker
 
     path = tmp_path / "alive"

@@ -34,7 +34,7 @@ DELETE FROM {WORKER} WHERE last_seen < now() - make_interval(secs => %(older_tha
 """
 
 # Is this worker's row fresh (its heartbeat reached the database within %s seconds)?
-# The liveness file's check (health/probe.py), by primary key.
+# The liveness file's check (health/health_file.py), by primary key.
 WORKER_FRESH = f"SELECT last_seen > now() - make_interval(secs => %s) FROM {WORKER} WHERE id = %s"
 
 # Is any worker alive at all (seen within %s seconds)?

@@ -2,6 +2,6 @@
 
 import sys
 
-from django_pgjobs.health.probe import main
+from django_pgjobs.health.health_file import main
 
 sys.exit(main())

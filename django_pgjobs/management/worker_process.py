@@ -21,8 +21,8 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
+from django_pgjobs.health.health_file import HealthFile, check_writable
 from django_pgjobs.health.liveness import stuck_slots
-from django_pgjobs.health.probe import HealthFile, check_writable
 from django_pgjobs.worker import hints
 from django_pgjobs.worker.loop import Worker
 
