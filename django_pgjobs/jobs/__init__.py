@@ -5,4 +5,7 @@ a running job (``context``).
 
 The ``@job`` decorator that users meet is ``django_pgjobs/decorators.py``: it sits above
 the workflows (``.s()``), which enqueue through this package.
+
+At start-up the app imports every installed app's ``jobs`` module, this package
+among them: it defines no job and imports nothing, so that costs nothing.
 """
