@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from django_pgjobs.conf import get_settings
+from django_pgjobs.jobs.fair_schema import FAIR_INDEX, fair_key_field, weights_field
 from django_pgjobs.jobs.managers import JobManager
 from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
 from django_pgjobs.support import decoding
@@ -81,21 +82,18 @@ class Job(models.Model):
     # Flow control (claim/limited.py): computed at enqueue, read by the limited claim.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveSmallIntegerField(null=True, blank=True)
+    fair_key = fair_key_field()  # fair shares (claim/fair.py, fair_schema.py)
     # "<task>:<key>" of a @job(unique_while=...) job; held while pending (or
     # running, for "active": the claim clears it for "pending").
     unique_key = models.CharField(max_length=600, null=True, blank=True)
-    # W3C trace context (traceparent, tracestate) of the enqueue, when OpenTelemetry
-    # is in use: the worker's span for the job is its child. NULL otherwise.
+    # W3C trace context of the enqueue (OpenTelemetry): the job's span is its child.
     trace_context = StoredJSONField(null=True, blank=True, editable=False)
-    # Workflows (db/workflows.py and db/workflow_trigger.py). All NULL for a plain job, so a plain
-    # job pays nothing for them. ``workflow_id``: the run the job belongs to (a
-    # workflow, chain, group, chord or batch). ``waiting``: how many of its parents
-    # have not finished (NULL: a member of a batch, which has no parents); a blocked
-    # job has waiting > 0 and is released by the completion of its last parent.
-    # ``failed_parents``: how many of its parents ended dead or cancelled (NULL: a
-    # job without parents, so the worker does not look for their results).
-    # ``cancelled_by``: the parent whose failure cancelled it (a retry of that parent
-    # resumes it). ``node``: its name in the workflow (NULL: its id).
+    # Workflows (db/workflows.py, db/workflow_trigger.py): all NULL for a plain job.
+    # ``workflow_id``: its run (workflow, chain, group, chord or batch). ``waiting``:
+    # its parents not finished (NULL: a batch member); a blocked job has waiting > 0,
+    # released by its last parent's end. ``failed_parents``: its parents that ended
+    # dead or cancelled (NULL: no parents, no results to read). ``cancelled_by``: the
+    # parent whose failure cancelled it (its retry resumes it). ``node``: its name.
     workflow_id = models.BigIntegerField(null=True, blank=True, editable=False)
     node = models.CharField(max_length=255, null=True, blank=True, editable=False)
     waiting = models.IntegerField(null=True, blank=True, editable=False)
@@ -160,6 +158,7 @@ class Job(models.Model):
                 name="pgjobs_job_blocked_idx",
                 condition=Q(status=JobStatus.BLOCKED),
             ),
+            FAIR_INDEX,
         ]
         constraints = [
             # Partial: rows without a key stay out of the index (cheaper inserts).
@@ -310,6 +309,7 @@ class Queue(models.Model):
     rate_log = StoredJSONField(
         default=list, blank=True, editable=False, db_default=models.Value([], models.JSONField())
     )
+    weights = weights_field()
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -1,5 +1,6 @@
-"""Queue configuration: queues as rows (pause, ``max_running``, ``rate``), the
-``PGJOBS["QUEUES"]`` setting written into them, and the pause/resume API.
+"""Queue configuration: queues as rows (pause, ``max_running``, ``rate``, the weights
+of fair keys), the ``PGJOBS["QUEUES"]`` setting written into them, and the
+pause/resume API.
 
 The limits are enforced by the claim statement itself (``claim/limited.py``), so
 they hold across every worker and host; a worker reads the rows that limit
@@ -20,6 +21,7 @@ from django_pgjobs.conf import get_settings, suggest
 from django_pgjobs.db.notify import JOB_NOTIFY, QUEUES_CHANGED
 from django_pgjobs.db.tables import QUEUE
 from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.fair_schema import weights_problems
 from django_pgjobs.states import TERMINAL
 from django_pgjobs.support.validation import check_queue
 
@@ -27,7 +29,7 @@ logger = logging.getLogger("django_pgjobs")
 
 
 #: Keys of a ``PGJOBS["QUEUES"]`` entry.
-QUEUE_KEYS = frozenset({"max_running", "rate", "paused"})
+QUEUE_KEYS = frozenset({"max_running", "rate", "paused", "weights"})
 
 _RATE = re.compile(r"^([1-9][0-9]{0,8})/([smh])$")
 _PERIOD = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -83,6 +85,7 @@ def queue_problems(queues: dict[str, Any]) -> list[str]:
                 parse_rate(entry["rate"], f"{where}['rate']")
             except ValueError as exc:
                 problems.append(str(exc))
+        problems.extend(weights_problems(entry.get("weights"), f"{where}['weights']"))
         if "paused" in entry and not isinstance(entry["paused"], bool):
             problems.append(f"{where}['paused'] must be True or False, got {entry['paused']!r}")
     return problems
@@ -107,6 +110,8 @@ def sync_queues(using: str | None = None) -> int:
             fields = {"max_running": entry.get("max_running"), "rate": entry.get("rate")}
             if "paused" in entry:
                 fields["paused"] = entry["paused"]
+            if "weights" in entry:
+                fields["weights"] = entry["weights"] or None
             Queue.objects.using(alias).update_or_create(name=name, defaults=fields)
         if queues:
             notify_changed(alias)

@@ -45,3 +45,8 @@ async def async_keyed_sleep(key: str, seconds: float) -> list[float]:
     start = time.time()
     await asyncio.sleep(seconds)
     return [start, time.time()]
+
+
+@job(queue="fair-limited", fair_key="tenant:{tenant}", concurrency_key="c:{tenant}")
+def limited_tenant_job(tenant: str, i: int, seconds: float = 0.0) -> dict[str, float]:
+    return timed(seconds)

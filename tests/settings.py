@@ -107,6 +107,8 @@ PGJOBS = {
         if "pytest" in sys.modules or os.environ.get("PGJOBS_TEST_KEYED")
         else []
     )
+    # Fair-share test jobs: their workers run with PGJOBS_TEST_FAIR=1.
+    + (["tests.fair_jobs"] if "pytest" in sys.modules or os.environ.get("PGJOBS_TEST_FAIR") else [])
     # The model-based test's jobs (tests/model/): its workers run with PGJOBS_TEST_MODEL=1.
     + (
         ["tests.model.jobs"]

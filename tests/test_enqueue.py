@@ -319,7 +319,7 @@ def test_the_insert_statements_are_one_family_with_named_parameters() -> None:
         for delayed in (False, True):
             text = members[flow, delayed]
             assert f"({base}, trace_context" in text
-            assert ("concurrency_key, concurrency_limit, unique_key)" in text) == flow
+            assert ("concurrency_key, concurrency_limit, fair_key, unique_key)" in text) == flow
             assert ("%(delay)s" in text) == delayed and ("%(run_at)s" in text) != delayed
             assert "%s" not in text  # named only: a new column cannot shift the others
     params = insert_params(task="t", run_at=None)

@@ -8,8 +8,11 @@ and takes the unlimited fast path (``plain.py``: no extra join or lock) unless a
 queue in its scope is limited or one of its tasks has a concurrency key. The fast
 path takes any task and gives back (uncounted) a job of a task this worker does
 not know, then filters by task from then on (deploy skew, see ``Claimant.take``).
-Its claims start at the claim front's bound (``front.py``) when it has one. The
-queue configuration itself (declared queues, pause and resume) is ``queues.py``.
+Its claims start at the claim front's bound (``front.py``) when it has one. A queue
+whose jobs have fair keys is claimed by the fair claim (``fair.py``), round-robin
+over its keys, and the plain claim takes what is left of the ask; a queue without
+them never meets the fair claim. The queue configuration itself (declared queues,
+pause and resume) is ``queues.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_pgjobs.claim.fair import FairCursors, fair_queues, job_claim_fair
 from django_pgjobs.claim.front import ClaimFront
 from django_pgjobs.claim.limited import queue_limits
 from django_pgjobs.claim.plain import pending_queues
@@ -72,7 +76,14 @@ class Claimant:
         definitions = registry.all_definitions()
         names = sorted(d.name for d in definitions) if tasks is None else sorted(tasks)
         self.tasks = tuple(names)
-        self.keyed = any(d.concurrency_key is not None for d in definitions if d.name in set(names))
+        mine = [d for d in definitions if d.name in set(names)]
+        self.keyed = any(d.concurrency_key is not None for d in mine)
+        # The queues claimed fairly: the default queues of this worker's tasks with a
+        # fair key, and (read with the limits) those whose rows have keys or weights.
+        self._fair_declared = frozenset(d.queue for d in mine if d.fair_key is not None)
+        self._fair_rows: frozenset[str] = frozenset()
+        self.cursors = FairCursors()
+        self._fair_turn = 0  # which fair queue a claim serves first (several: in turn)
         self._known = frozenset(names)
         # Set once a claim returned a job of a task this worker does not know (deploy
         # skew): from then on the fast path filters by task too (see take()).
@@ -134,6 +145,7 @@ class Claimant:
 
     def load(self, connection: BaseDatabaseWrapper) -> None:
         self.limits = {r[0]: QueueLimits(*r) for r in queue_limits(connection)}
+        self._fair_rows = frozenset(fair_queues(connection))
         self._loaded_at = time.monotonic()
 
     def claim_options(
@@ -167,6 +179,35 @@ class Claimant:
         (None: every queue) and, when its claims filter by task, its tasks."""
         return self.queues, self._task_filter(self.keyed)
 
+    def _take_fair(
+        self, connection: BaseDatabaseWrapper, n: int, options: dict[str, Any]
+    ) -> list[Claimed]:
+        """The fair claims of the fair queues in this claim's scope (one statement per
+        queue, the first queue served in turn), up to ``n`` jobs in all."""
+        scope = options["queues"]
+        if scope is None:  # every queue: those the rows say are fair
+            fair = sorted(self._fair_rows)
+        else:
+            fair = [q for q in scope if q in self._fair_declared or q in self._fair_rows]
+        if not fair:
+            return []
+        self._fair_turn = (self._fair_turn + 1) % len(fair)
+        claimed: list[Claimed] = []
+        for queue in fair[self._fair_turn :] + fair[: self._fair_turn]:
+            if len(claimed) >= n:
+                break
+            rows, cursor = job_claim_fair(
+                connection,
+                worker=self.worker,
+                queue=queue,
+                n=n - len(claimed),
+                cursor=self.cursors.get(queue),
+                tasks=options["tasks"],
+            )
+            self.cursors.set(queue, cursor)
+            claimed += rows
+        return claimed
+
     def _pending_queues(self, connection: BaseDatabaseWrapper, since: datetime | None) -> list[str]:
         now = time.monotonic()
         pending = self.pending
@@ -199,21 +240,23 @@ class Claimant:
         options = self.claim_options(connection, since)
         # A limited claim ranks every pending job of its queues: no bound.
         bounded = front if not options["limited"] else None
-        if options["queues"] == []:
-            # Every queue of this worker is paused, or none has pending jobs.
-            claimed: list[Claimed] = []
-        else:
-            claimed = claim(
+        claimed = [] if options["limited"] else self._take_fair(connection, n, options)
+        n_plain = n - len(claimed)
+        # No plain claim when every queue of this worker is paused or none has pending
+        # jobs, or when the fair claims filled the ask.
+        if options["queues"] != [] and n_plain > 0:
+            plain = claim(
                 connection,
                 worker=self.worker,
-                n=n,
+                n=n_plain,
                 since=since if bounded is not None else None,
                 levels=bounded.levels() if bounded is not None else None,
                 **options,
             )
             if bounded is not None:
                 # Every row the claim took, before unknown tasks are given back below.
-                bounded.took_rows(claimed, n)
+                bounded.took_rows(plain, n_plain)
+            claimed += plain
         if not claimed and self.queues is None and not self.notified:
             self.pending = None  # no NOTIFY announces a new queue: read the list again
         if claimed and options["tasks"] is None:

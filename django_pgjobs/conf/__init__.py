@@ -229,8 +229,9 @@ class PgJobsSettings:
         parsers.mapping("queue name -> options", "`dict` name → options"),
         "Per-queue limits written into the `Queue` table at `migrate` and at worker "
         'start: `max_running` (whole number ≥ 1), `rate` (`"N/s"`, `"N/m"` or '
-        '`"N/h"`), `paused` (`bool`). The keys an entry names overwrite the row\'s; a '
-        "`paused` left out keeps a pause set at runtime. See "
+        '`"N/h"`), `paused` (`bool`), `weights` (fair key → whole number 1-1000, the '
+        "share of each key's turn; a key not named weighs 1). The keys an entry names "
+        "overwrite the row's; a `paused` left out keeps a pause set at runtime. See "
         "{doc}`../howto/control-throughput`.",
         checks="django_pgjobs.E010",
     )

@@ -36,6 +36,7 @@ _INSERT_COLUMNS = (
 _FLOW_COLUMNS = (
     ("concurrency_key", "%(concurrency_key)s"),
     ("concurrency_limit", "%(concurrency_limit)s"),
+    ("fair_key", "%(fair_key)s"),
     ("unique_key", "%(unique_key)s"),
 )
 _DELAYED_RUN_AT = "now() + make_interval(secs => %(delay)s)"
@@ -80,7 +81,8 @@ SELECT ins.id,
 
 JOB_INSERT = _insert_statement(flow=False, delayed=False)
 JOB_INSERT_DELAYED = _insert_statement(flow=False, delayed=True)
-# Only jobs with a concurrency key or a unique_while key take the flow members.
+# Only jobs with a concurrency key, a fair key or a unique_while key take the flow
+# members.
 JOB_INSERT_FLOW = _insert_statement(flow=True, delayed=False)
 JOB_INSERT_FLOW_DELAYED = _insert_statement(flow=True, delayed=True)
 

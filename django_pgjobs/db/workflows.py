@@ -40,22 +40,22 @@ WITH nodes AS (
     INSERT INTO {JOB} (id, task, queue, priority, args, kwargs, run_at, max_attempts,
                        idempotency_key, timeout, concurrency_key, concurrency_limit,
                        unique_key, trace_context, status, workflow_id, node, waiting,
-                       failed_parents)
+                       failed_parents, fair_key)
     SELECT u.id, u.task, u.queue, u.priority, u.args, u.kwargs,
            COALESCE(u.run_at, now() + make_interval(secs => COALESCE(u.delay, 0))),
            u.max_attempts, u.idempotency_key, u.timeout, u.concurrency_key,
            u.concurrency_limit, u.unique_key, %(trace_context)s::jsonb, u.status,
-           %(workflow)s, u.node, u.waiting, u.failed_parents
+           %(workflow)s, u.node, u.waiting, u.failed_parents, u.fair_key
       FROM unnest(%(ids)s::bigint[], %(tasks)s::text[], %(queues)s::text[],
                   %(priorities)s::int[], %(args)s::jsonb[], %(kwargs)s::jsonb[],
                   %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
                   %(idempotency_keys)s::text[], %(timeouts)s::float8[],
                   %(concurrency_keys)s::text[], %(concurrency_limits)s::int[],
                   %(unique_keys)s::text[], %(statuses)s::text[], %(nodes)s::text[],
-                  %(waiting)s::int[], %(failed_parents)s::int[])
+                  %(waiting)s::int[], %(failed_parents)s::int[], %(fair_keys)s::text[])
         AS u(id, task, queue, priority, args, kwargs, run_at, delay, max_attempts,
              idempotency_key, timeout, concurrency_key, concurrency_limit, unique_key,
-             status, node, waiting, failed_parents)
+             status, node, waiting, failed_parents, fair_key)
     ON CONFLICT DO NOTHING
     RETURNING id, run_at, created_at
 ), edges AS (

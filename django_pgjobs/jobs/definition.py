@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_pgjobs.conf import get_settings, suggest
-from django_pgjobs.jobs.keys import check_concurrency, check_fields_exist, check_unique_while
+from django_pgjobs.jobs.keys import (
+    check_concurrency,
+    check_fields_exist,
+    check_key,
+    check_unique_while,
+)
 from django_pgjobs.support.validation import (
     check_max_attempts,
     check_priority,
@@ -58,6 +63,7 @@ JOB_OPTIONS = frozenset(
         "timeout",
         "concurrency_key",
         "concurrency_limit",
+        "fair_key",
         "unique_while",
     }
 )
@@ -85,6 +91,8 @@ class JobDefinition:
     concurrency_key: str | Callable[..., Any] | None = None
     concurrency_limit: int = 1
     unique_while: str | None = None  # "pending" | "active"
+    # Fair shares (claim/fair.py): the key whose jobs share a queue's claims fairly.
+    fair_key: str | Callable[..., Any] | None = None
 
     def effective_timeout(self, stored: float | None) -> float | None:
         """The limit of one run: the row's own (``.using(timeout=...)``), else the
@@ -165,6 +173,7 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
         unique_while=check_unique_while(options.get("unique_while")),
+        fair_key=check_key(options.get("fair_key"), "fair_key", name),
     )
     check_fields_exist(definition)
     return definition

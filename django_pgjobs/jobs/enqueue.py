@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from django_pgjobs.jobs.definition import JobDefinition
     from django_pgjobs.models import Job
 
+#: The fair key of a job without one in a queue that is claimed fairly: such jobs take
+#: their turn together, as one key.
+NO_FAIR_KEY = ""
+
 #: Rows per COPY batch in ``enqueue_many``.
 BULK_BATCH = 5000
 
@@ -163,6 +167,7 @@ def new_job(
         "timeout": opts["timeout"],
         "concurrency_key": opts.get("concurrency_key"),
         "concurrency_limit": opts.get("concurrency_limit"),
+        "fair_key": opts.get("fair_key"),
         "unique_key": opts.get("unique_key"),
         "trace_context": trace_context,
         "workflow_id": opts.get("workflow_id"),
@@ -227,6 +232,7 @@ def enqueue_one(
         definition.concurrency_key is not None
         or definition.unique_while is not None
         or opts["unique_key"] is not None
+        or fair_queue(definition, opts["queue"])
     )
     # A key is taken: the job that holds it is returned, and nothing is written.
     lookups = [(by_key, opts["idempotency_key"])]
@@ -252,6 +258,7 @@ def enqueue_one(
         timeout=opts["timeout"],
         concurrency_key=opts.get("concurrency_key"),
         concurrency_limit=opts.get("concurrency_limit"),
+        fair_key=opts.get("fair_key"),
         unique_key=opts.get("unique_key"),
         workflow_id=opts.get("workflow_id"),
     )
@@ -283,7 +290,8 @@ def enqueue_one(
 def flow_keys(
     definition: JobDefinition, args: list[Any], kwargs: dict[str, Any], opts: dict[str, Any]
 ) -> None:
-    """Compute the concurrency key and the unique_while key (keys.py) into ``opts``.
+    """Compute the concurrency key, the fair key and the unique_while key (keys.py)
+    into ``opts``.
 
     The flow members of JOB_INSERT say ``ON CONFLICT DO NOTHING``, which covers both
     unique indexes: a concurrent enqueue of the same unique key waits for the other
@@ -294,7 +302,31 @@ def flow_keys(
     ckey = keys.concurrency_key(definition, args, kwargs)
     opts["concurrency_key"] = ckey
     opts["concurrency_limit"] = definition.concurrency_limit if ckey is not None else None
+    opts["fair_key"] = stored_fair_key(definition, args, kwargs, opts["queue"])
     opts["unique_key"] = keys.unique_key(definition, args, kwargs, opts.get("unique_key"))
+
+
+def fair_queue(definition: JobDefinition, queue: str) -> bool:
+    """Whether a job of ``definition`` enqueued to ``queue`` gets a fair key: its task
+    declares one, or the queue is claimed fairly (another task's default queue with a
+    fair key, or weights in ``PGJOBS["QUEUES"]``)."""
+    if definition.fair_key is not None:
+        return True
+    if queue in registry.fair_queues():
+        return True
+    entry = get_settings().QUEUES.get(queue)
+    return isinstance(entry, dict) and bool(entry.get("weights"))
+
+
+def stored_fair_key(
+    definition: JobDefinition, args: list[Any], kwargs: dict[str, Any], queue: str
+) -> str | None:
+    """The fair key of one call: the task's, else ``NO_FAIR_KEY`` in a fair queue (so
+    that the jobs without a key take their turn with the keyed ones), else None."""
+    key = keys.fair_key(definition, args, kwargs)
+    if key is None and fair_queue(definition, queue):
+        return NO_FAIR_KEY
+    return key
 
 
 def enqueue_by_name(
@@ -364,6 +396,7 @@ def enqueue_batch(
     rows: list[tuple[Any, ...]] = []
     with_run_at = opts["run_at"] is not None or opts["delay"] is not None
     keyed = definition.concurrency_key is not None
+    fair = fair_queue(definition, opts["queue"])
     for index, item in enumerate(calls):
         args, kwargs = _split_call(item, definition.name, index)
         try:
@@ -380,6 +413,9 @@ def enqueue_batch(
                 keys.format_check(definition, args, kwargs)
                 ckey = keys.concurrency_key(definition, args, kwargs)
                 row = (*row, ckey, None if ckey is None else definition.concurrency_limit)
+            if fair:
+                keys.format_check(definition, args, kwargs)
+                row = (*row, stored_fair_key(definition, args, kwargs, opts["queue"]))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"enqueue_many item {index}: {exc}") from None
         rows.append(row)
@@ -388,6 +424,8 @@ def enqueue_batch(
     columns = "task, queue, priority, args, kwargs, max_attempts"
     if keyed:
         columns += ", concurrency_key, concurrency_limit"
+    if fair:
+        columns += ", fair_key"
     if opts["timeout"] is not None:
         rows = [(*row, opts["timeout"]) for row in rows]
         columns += ", timeout"

@@ -1,8 +1,8 @@
-"""Keys computed at enqueue: the concurrency key and the unique-while key.
+"""Keys computed at enqueue: the concurrency key, the fair key and the unique-while key.
 
-Both are computed from the job's arguments when it is enqueued and stored on the
-row, so the claim (concurrency) and the unique index (unique_while) work on plain
-columns and never call Python.
+They are computed from the job's arguments when it is enqueued and stored on the
+row, so the claim (concurrency, fair shares) and the unique index (unique_while) work
+on plain columns and never call Python.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from django_pgjobs.jobs.definition import JobDefinition
 
 UNIQUE_WHILE = ("pending", "active")
+#: The key options of ``@job`` computed from a call's arguments.
+KEY_OPTIONS = ("concurrency_key", "fair_key")
 #: Highest concurrency_limit (a smallint column).
 MAX_CONCURRENCY_LIMIT = 32767
 
@@ -42,47 +44,57 @@ def check_concurrency(
                 "(the jobs that share a key share the limit)"
             )
         return None, 1
+    return check_key(key, "concurrency_key", task), limit or 1
+
+
+def check_key(key: Any, option: str, task: str) -> str | Callable[..., Any] | None:
+    """Validate a key option of ``@job`` (``concurrency_key``, ``fair_key``) at
+    decoration time: a format string naming arguments, or a callable."""
+    if key is None:
+        return None
     if isinstance(key, str):
         if not key:
-            raise ValueError(f"@job(concurrency_key=...) of {task} must not be empty")
+            raise ValueError(f"@job({option}=...) of {task} must not be empty")
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(key) if f is not None]
         except ValueError as exc:
             raise ValueError(
-                f"@job(concurrency_key=...) of {task} is not a valid format string ({exc}): {key!r}"
+                f"@job({option}=...) of {task} is not a valid format string ({exc}): {key!r}"
             ) from None
         for name in fields:
             if not name or name[0].isdigit():
                 raise ValueError(
-                    f"@job(concurrency_key=...) of {task} must name arguments "
+                    f"@job({option}=...) of {task} must name arguments "
                     f"({{user_id}}), not positions: {key!r}"
                 )
     elif not callable(key):
         raise TypeError(
-            f"@job(concurrency_key=...) of {task} must be a format string over the "
+            f"@job({option}=...) of {task} must be a format string over the "
             f'job\'s arguments ("user:{{user_id}}") or a callable, got {key!r}'
         )
-    return key, limit or 1
+    checked: str | Callable[..., Any] = key
+    return checked
 
 
 def check_fields_exist(definition: JobDefinition) -> None:
     """A format-string key must name parameters of the function (checked at decoration)."""
-    key = definition.concurrency_key
-    if not isinstance(key, str):
-        return
-    params = _parameters(definition)
-    if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return
-    for _, field, _, _ in string.Formatter().parse(key):
-        if field is None:
+    for option in KEY_OPTIONS:
+        key = getattr(definition, option)
+        if not isinstance(key, str):
             continue
-        root = field.split(".", 1)[0].split("[", 1)[0]
-        if root not in params:
-            raise ValueError(
-                f"@job(concurrency_key={key!r}) of {definition.name} names "
-                f"{root!r}, which is not a parameter of the function "
-                f"(parameters: {', '.join(params) or 'none'})"
-            )
+        params = _parameters(definition)
+        if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return
+        for _, field, _, _ in string.Formatter().parse(key):
+            if field is None:
+                continue
+            root = field.split(".", 1)[0].split("[", 1)[0]
+            if root not in params:
+                raise ValueError(
+                    f"@job({option}={key!r}) of {definition.name} names "
+                    f"{root!r}, which is not a parameter of the function "
+                    f"(parameters: {', '.join(params) or 'none'})"
+                )
 
 
 def check_unique_while(value: Any) -> str | None:
@@ -104,8 +116,20 @@ def _parameters(definition: JobDefinition) -> dict[str, inspect.Parameter] | Non
 def concurrency_key(
     definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]
 ) -> str | None:
-    """The stored key of one call (None: the job has no key and no limit)."""
-    key = definition.concurrency_key
+    """The stored concurrency key of one call (None: the job has no key and no limit)."""
+    return computed_key(definition, "concurrency_key", args, kwargs)
+
+
+def fair_key(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """The stored fair key of one call (None: the task declares none)."""
+    return computed_key(definition, "fair_key", args, kwargs)
+
+
+def computed_key(
+    definition: JobDefinition, option: str, args: list[Any], kwargs: dict[str, Any]
+) -> str | None:
+    """The value of the key option ``option`` for one call, checked (1-255 characters)."""
+    key = getattr(definition, option)
     if key is None:
         return None
     if callable(key):
@@ -113,19 +137,17 @@ def concurrency_key(
             value = key(*args, **kwargs)
         except Exception as exc:
             raise ValueError(
-                f"concurrency_key of {definition.name} raised {type(exc).__name__}: {exc}"
+                f"{option} of {definition.name} raised {type(exc).__name__}: {exc}"
             ) from exc
     else:
         value = key.format(**_bound(definition, args, kwargs))
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TypeError(f"concurrency_key of {definition.name} must give a string, got {value!r}")
+        raise TypeError(f"{option} of {definition.name} must give a string, got {value!r}")
     text = str(value)
     if not text or len(text) > 255:
-        raise ValueError(
-            f"concurrency_key of {definition.name} must be 1-255 characters, got {text!r}"
-        )
+        raise ValueError(f"{option} of {definition.name} must be 1-255 characters, got {text!r}")
     return text
 
 
@@ -149,14 +171,15 @@ def _bound(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -
 
 def format_check(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> None:
     """Raise a clear error when a format-string key cannot be built from this call."""
-    key = definition.concurrency_key
-    if isinstance(key, str):
-        try:
-            key.format(**_bound(definition, args, kwargs))
-        except (KeyError, IndexError, AttributeError) as exc:
-            raise ValueError(
-                f"concurrency_key {key!r} of {definition.name}: this call has no argument {exc}"
-            ) from None
+    for option in KEY_OPTIONS:
+        key = getattr(definition, option)
+        if isinstance(key, str):
+            try:
+                key.format(**_bound(definition, args, kwargs))
+            except (KeyError, IndexError, AttributeError) as exc:
+                raise ValueError(
+                    f"{option} {key!r} of {definition.name}: this call has no argument {exc}"
+                ) from None
 
 
 def unique_key(

@@ -27,6 +27,9 @@ DISCOVERY_HINT = (
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
+# The queues that @job(fair_key=...) tasks enqueue to by default (None: to be computed
+# again after a change of the registry): read by every enqueue.
+_fair_queues: frozenset[str] | None = None
 
 
 def register(definition: JobDefinition) -> None:
@@ -40,6 +43,7 @@ def register(definition: JobDefinition) -> None:
                 f"pass @job(name=...) to give one of them another name"
             )
         _registry[definition.name] = definition
+        _changed()
 
 
 def _same_function(a: JobDefinition, b: JobDefinition) -> bool:
@@ -50,6 +54,24 @@ def _same_function(a: JobDefinition, b: JobDefinition) -> bool:
 def unregister(name: str) -> None:
     with _lock:
         _registry.pop(name, None)
+        _changed()
+
+
+def _changed() -> None:
+    global _fair_queues
+    _fair_queues = None
+
+
+def fair_queues() -> frozenset[str]:
+    """The default queues of the tasks that declare a ``fair_key`` (cached until the
+    registry changes)."""
+    global _fair_queues
+    queues = _fair_queues
+    if queues is None:
+        with _lock:
+            queues = frozenset(d.queue for d in _registry.values() if d.fair_key is not None)
+            _fair_queues = queues
+    return queues
 
 
 def get(name: str) -> JobDefinition:

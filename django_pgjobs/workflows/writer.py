@@ -35,6 +35,7 @@ _ARRAYS = (
     *("ids", "tasks", "queues", "priorities", "args", "kwargs", "run_at", "delay"),
     *("max_attempts", "idempotency_keys", "timeouts", "concurrency_keys"),
     *("concurrency_limits", "unique_keys", "statuses", "nodes", "waiting", "failed_parents"),
+    "fair_keys",
     *("e_child", "e_position", "e_parent", "e_parent_node", "e_on_failure", "e_receives"),
 )
 
@@ -207,6 +208,7 @@ def _chunk_params(
             ("nodes", col["node"]),
             ("waiting", col["waiting"]),
             ("failed_parents", col["failed_parents"]),
+            ("fair_keys", o["fair_key"]),
         ):
             params[name].append(value)
         for position, parent in enumerate(node.parents):

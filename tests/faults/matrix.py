@@ -239,6 +239,13 @@ class Scenario:
                 CRASHER, priority=70, kwargs={"seconds": 0}, max_attempts=2, allowed=("dead",)
             )
             self.db.execute("UPDATE django_pgjobs_job SET suspect = true WHERE id = %s", [crasher])
+        if setup == "fair":
+            # Two fair keys over the workload's pending jobs: the worker's claims of
+            # their queue rotate between the keys.
+            self.db.execute(
+                "UPDATE django_pgjobs_job SET fair_key = 'tenant:' || mod(id, 2)"
+                " WHERE status = 'pending'"
+            )
         if setup == "keyed":
             job = self.insert(
                 KEYED,

@@ -115,7 +115,7 @@ class Row:
     django6: bool = False  # the Tasks backend: Django >= 6.0 only
     linger: float = 0.0  # ambiguous: seconds between the commit and the error
     # flow workload: unknown | unknown_dead | max_running | rate | keyed | keyed_ghost
-    # | suspect_crash
+    # | suspect_crash | fair
     setup: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
     # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
@@ -208,6 +208,10 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("worker: limited claim's advisory lock", "claim.FLOW_LOCK", "worker", setup="max_running"),
     Row("worker: read the queue limits", "claim.QUEUE_LIMITS", "worker", setup="max_running"),
+    # Fair shares (claim/fair.py): the workload's jobs have fair keys, so the worker
+    # finds their queue among the fair ones and claims it with the fair claim.
+    Row("worker: fair claim (jobs with fair keys)", "claim.JOB_CLAIM_FAIR", "worker", setup="fair"),
+    Row("worker: read the fair queues", "claim.FAIR_QUEUES", "worker", setup="fair"),
     Row("worker: heartbeat", "db.JOB_HEARTBEAT", "worker"),
     # runjobs' start-up check (db/readiness.py): a failure is "cannot reach the
     # database", not fatal, so the worker starts and its loop retries.

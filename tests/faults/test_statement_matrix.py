@@ -339,6 +339,7 @@ def test_matrix_covers_every_statement(
         "claim.JOB_CLAIM_LIMITED_QUEUES",
         "claim.FLOW_LOCK",
         "claim.QUEUE_LIMITS",
+        "claim.JOB_CLAIM_FAIR",
         "db.JOB_INSERT_FLOW",
         "db.JOB_INSERT_FLOW_DELAYED",
         "db.JOB_DEAD_UNKNOWN",

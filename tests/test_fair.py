@@ -1,0 +1,176 @@
+"""Fair shares without worker processes: the fair key at enqueue, the fair claim's
+order (round-robin over keys, priority within a key, weights), and its plans."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_pgjobs.claim.claimant import Claimant
+from django_pgjobs.claim.fair import Cursor, job_claim_fair
+from django_pgjobs.models import Job, Queue
+from tests import fair_jobs
+
+db = pytest.mark.django_db
+
+FAIR_TASKS = [
+    fair_jobs.tenant_job.name,
+    fair_jobs.by_payload.name,
+    fair_jobs.unkeyed.name,
+]
+
+
+def many(tenant: str, count: int) -> None:
+    """``count`` jobs of ``tenant`` in one COPY, due now (a COPY's default run_at is
+    the statement's time, later than this test transaction's now())."""
+    past = timezone.now() - timedelta(seconds=1)
+    fair_jobs.tenant_job.using(run_at=past).enqueue_many([(tenant, i) for i in range(count)])
+
+
+def claimant(**kw: Any) -> Claimant:
+    """A claimant of the queue "fair" that knows only the fair test jobs (a worker that
+    knows a task with a concurrency key takes the limited claim)."""
+    return Claimant(["fair"], FAIR_TASKS, worker="w", refresh=0.0, **kw)
+
+
+def tenants_in_claim_order(state: Claimant, count: int, n: int = 1) -> list[str]:
+    order: list[str] = []
+    while len(order) < count:
+        claimed = state.take(connection, n)
+        if not claimed:
+            break
+        keys = dict(
+            Job.objects.filter(id__in=[c.id for c in claimed]).values_list("id", "fair_key")
+        )
+        order += [keys[c.id] for c in claimed]
+    return order
+
+
+@db
+def test_the_fair_key_is_computed_at_enqueue() -> None:
+    a = fair_jobs.tenant_job.enqueue("a", 1)
+    b = fair_jobs.by_payload.enqueue({"tenant": "b"})
+    plain = fair_jobs.unkeyed.enqueue(1)
+    stored = dict(Job.objects.values_list("id", "fair_key"))
+    assert stored == {a.id: "tenant:a", b.id: "b", plain.id: ""}
+    assert a.fair_key == "tenant:a"
+    fair_jobs.tenant_job.enqueue_many([("c", i) for i in range(3)])
+    assert (
+        list(Job.objects.filter(kwargs={}, args__0="c").values_list("fair_key", flat=True))
+        == ["tenant:c"] * 3
+    )
+
+
+@db
+def test_claims_interleave_the_keys_one_job_each() -> None:
+    for tenant, count in (("a", 6), ("b", 3), ("c", 3)):
+        for i in range(count):
+            fair_jobs.tenant_job.enqueue(tenant, i)
+    order = tenants_in_claim_order(claimant(), 12)
+    assert order == [
+        *["tenant:a", "tenant:b", "tenant:c"] * 3,
+        "tenant:a",
+        "tenant:a",
+        "tenant:a",
+    ]
+
+
+@db
+def test_a_claim_of_several_jobs_takes_one_round_in_order() -> None:
+    for tenant in "abc":
+        for i in range(4):
+            fair_jobs.tenant_job.enqueue(tenant, i)
+    order = tenants_in_claim_order(claimant(), 12, n=4)
+    assert order == ["tenant:a", "tenant:b", "tenant:c"] * 4
+
+
+@db
+def test_priority_orders_the_jobs_within_a_key() -> None:
+    low = [fair_jobs.tenant_job.enqueue("a", i).id for i in range(2)]
+    high = fair_jobs.tenant_job.using(priority=5).enqueue("a", 9).id
+    other = fair_jobs.tenant_job.enqueue("b", 0).id
+    state = claimant()
+    taken = [state.take(connection, 1)[0].id for _ in range(4)]
+    # a's highest priority first, then b's turn, then a's others in enqueue order
+    assert taken == [high, other, *low]
+
+
+@db
+def test_weights_share_the_claims_three_to_one() -> None:
+    Queue.objects.create(name="fair", weights={"tenant:a": 3})
+    for tenant in "ab":
+        many(tenant, 300)
+    state = claimant()
+    counts: Counter[str] = Counter()
+    for n in (1, 4, 7, 10) * 10:  # claims of several sizes, as a worker makes them
+        claimed = state.take(connection, n)
+        keys = Job.objects.filter(id__in=[c.id for c in claimed]).values_list("fair_key", flat=True)
+        counts.update(keys)
+    ratio = counts["tenant:a"] / counts["tenant:b"]
+    assert 2.7 <= ratio <= 3.3, counts
+
+
+@db
+def test_a_key_with_a_large_backlog_delays_another_by_one_round_at_most() -> None:
+    many("a", 500)
+    state = claimant()
+    assert len(state.take(connection, 10)) == 10  # the rotation is under way
+    late = [fair_jobs.tenant_job.enqueue(t, 0).id for t in "bcd"]
+    taken = [c.id for c in state.take(connection, 10)]
+    assert set(late) <= set(taken), taken
+
+
+@db
+def test_jobs_not_yet_due_and_unknown_tasks_leave_a_key_out_of_the_rotation() -> None:
+    fair_jobs.tenant_job.using(delay=timedelta(hours=1)).enqueue("later", 0)
+    past = timezone.now() - timedelta(seconds=1)
+    Job.objects.create(task="not.known", queue="fair", fair_key="tenant:ghost", run_at=past)
+    due = fair_jobs.tenant_job.enqueue("now", 0).id
+    assert [c.id for c in claimant().take(connection, 5)] == [due]
+
+
+@db
+def test_a_row_without_a_fair_key_in_a_fair_queue_runs_through_the_plain_claim() -> None:
+    keyed = fair_jobs.tenant_job.enqueue("a", 0).id
+    past = timezone.now() - timedelta(seconds=1)
+    bare = Job.objects.create(task=fair_jobs.unkeyed.name, queue="fair", args=[1], run_at=past).id
+    taken = {c.id for c in claimant().take(connection, 5)}
+    assert taken == {keyed, bare}
+
+
+@db
+def test_max_running_still_holds_in_a_fair_queue() -> None:
+    Queue.objects.create(name="fair", max_running=2)
+    for tenant in "abc":
+        many(tenant, 5)
+    state = claimant()
+    assert len(state.take(connection, 10)) == 2
+    assert state.take(connection, 10) == []
+    assert Job.objects.filter(status="running").count() == 2
+
+
+@db
+def test_a_queue_without_fair_keys_never_runs_the_fair_claim() -> None:
+    fair_jobs.unkeyed.using(queue="plain-queue").enqueue(1)
+    state = Claimant(["plain-queue"], FAIR_TASKS, worker="w", refresh=0.0)
+    with CaptureQueriesContext(connection) as queries:
+        assert len(state.take(connection, 5)) == 1
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert [s for s in statements if "RETURNING j.id" in s], statements  # the claim ran
+    assert not [s for s in statements if "picked.in_turn" in s], statements
+
+
+@db
+def test_the_cursor_goes_on_where_the_last_claim_stopped() -> None:
+    for tenant in "abc":
+        fair_jobs.tenant_job.enqueue(tenant, 0)
+    claimed, cursor = job_claim_fair(connection, worker="w", queue="fair", n=2, cursor=Cursor())
+    assert cursor == Cursor("tenant:b", 1)
+    claimed, cursor = job_claim_fair(connection, worker="w", queue="fair", n=2, cursor=cursor)
+    assert [c.kwargs for c in claimed] == [{}] and cursor == Cursor("tenant:c", 1)
