@@ -14,6 +14,7 @@ __all__ = [
     "JobContext",
     "JobStatus",
     "JobTimeout",
+    "NonDeterministic",
     "Signature",
     "Workflow",
     "WorkflowRun",
@@ -35,7 +36,7 @@ _WORKFLOW_NAMES = frozenset(
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.decorators import job
-    from django_pgjobs.exceptions import JobTimeout
+    from django_pgjobs.exceptions import JobTimeout, NonDeterministic
     from django_pgjobs.jobs.context import JobContext
     from django_pgjobs.queues import pause_queue, resume_queue
     from django_pgjobs.states import JobStatus
@@ -64,10 +65,10 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs.states import JobStatus
 
         return JobStatus
-    if name == "JobTimeout":
-        from django_pgjobs.exceptions import JobTimeout
+    if name in ("JobTimeout", "NonDeterministic"):
+        from django_pgjobs import exceptions
 
-        return JobTimeout
+        return getattr(exceptions, name)
     if name == "JobContext":
         from django_pgjobs.jobs.context import JobContext
 

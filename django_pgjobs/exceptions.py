@@ -63,3 +63,19 @@ class CancelledOtherJobs(PgJobsError):
     """Recorded on an ``async def`` job whose code cancelled the tasks of other jobs on
     the worker's event loop: the attempt is charged to it, and the jobs it cancelled
     are given back without being charged."""
+
+
+class NonDeterministic(PgJobsError):
+    """A durable job's run asked for a step that contradicts its recorded history (a
+    step renamed, removed or moved before steps already recorded): the job is dead
+    with this error, naming the steps; fix the code (``context.patched``) and retry
+    it. Never retried on its own: every run would ask the same."""
+
+    _pgjobs_no_retry = True  # executor.NO_RETRY, on the class
+
+
+class TooManySteps(PgJobsError):
+    """A durable job recorded ``PGJOBS["MAX_STEPS"]`` steps and asked for one more.
+    Never retried on its own: every run would ask the same."""
+
+    _pgjobs_no_retry = True  # executor.NO_RETRY, on the class

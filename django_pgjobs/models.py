@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from django_pgjobs.conf import get_settings
+from django_pgjobs.durable.models import WAITING_INDEX, DurableColumns, JobStep  # noqa: F401
 from django_pgjobs.jobs.fair_schema import FAIR_INDEX, fair_key_field, weights_field
 from django_pgjobs.jobs.managers import JobManager
 from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
@@ -49,7 +50,7 @@ class StoredJSONField(models.JSONField):
         return name, "django.db.models.JSONField", args, kwargs
 
 
-class Job(models.Model):
+class Job(DurableColumns, models.Model):
     """One unit of work. Rows are the queue: pending rows are claimed by workers."""
 
     id = models.BigAutoField(primary_key=True)
@@ -136,10 +137,8 @@ class Job(models.Model):
                 condition=Q(finished_at__isnull=False),
             ),
             # Admin/status filters by status newest-first without scanning history.
-            # Partial: pending rows stay out, so an enqueue pays one index fewer and
-            # the planner can never pick this index (plus a sort) for a claim; running
-            # rows too (since 0007), so a claim pays one fewer (running_idx finds the
-            # few running rows).
+            # Partial: pending rows stay out (an enqueue pays one index fewer, a claim
+            # can never use it), running rows too (running_idx finds those).
             models.Index(
                 fields=["status", "-id"],
                 name="pgjobs_job_status_idx",
@@ -159,6 +158,7 @@ class Job(models.Model):
                 condition=Q(status=JobStatus.BLOCKED),
             ),
             FAIR_INDEX,
+            WAITING_INDEX,  # durable jobs parked between runs, by wake time
         ]
         constraints = [
             # Partial: rows without a key stay out of the index (cheaper inserts).
@@ -172,12 +172,9 @@ class Job(models.Model):
             # all) stay out of it, and a finished job frees its key.
             models.UniqueConstraint(
                 fields=["unique_key"],
-                # blocked too: a workflow node holds its key from its
-                # enqueue, so its release can never collide with another holder.
-                condition=Q(
-                    unique_key__isnull=False,
-                    status__in=[JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING],
-                ),
+                # blocked and waiting too: a workflow node holds its key from its
+                # enqueue (its release never collides), a parked job between runs.
+                condition=Q(unique_key__isnull=False, status__in=sorted(ACTIVE)),
                 name="pgjobs_job_unique_active_uniq",
             ),
             models.CheckConstraint(

@@ -20,6 +20,10 @@ class JobStatus(models.TextChoices):
     #: A workflow job waiting for its parents: never claimed; the
     #: completion of its last parent moves it to pending (``db/workflow_trigger.py``).
     BLOCKED = "blocked", "Blocked"
+    #: A durable job parked between runs (a sleep, a wait for a signal or an event):
+    #: never claimed, holds no worker slot and counts against no limit; the wake pass
+    #: (``maintenance/wakes.py``) or a signal moves it back to pending.
+    WAITING = "waiting", "Waiting"
     PENDING = "pending", "Pending"
     RUNNING = "running", "Running"
     COMPLETED = "completed", "Completed"
@@ -32,7 +36,9 @@ TERMINAL: frozenset[str] = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobSt
 #: ``TERMINAL`` in a fixed order, for tables, columns and messages.
 FINISHED: tuple[str, ...] = tuple(sorted(str(s) for s in TERMINAL))
 #: States with work still to do; ``finished_at`` is NULL exactly in these.
-ACTIVE: frozenset[str] = frozenset({JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING})
+ACTIVE: frozenset[str] = frozenset(
+    {JobStatus.BLOCKED, JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING}
+)
 
 # Ways that more than one move names: a cancel, and an explicit retry (admin or API),
 # which puts a workflow job back to blocked while its parents are unfinished.
@@ -51,6 +57,7 @@ ALLOWED_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
         "released at shutdown (attempt not counted)",
         "reaped, heartbeat stale (attempt given back)",
         "retry of a stuck job (admin/API)",
+        "parked, but woken while it parked (attempt not counted)",
     ),
     (JobStatus.RUNNING, JobStatus.DEAD): (
         "failed, no attempts left / discard_on / timed out for good",
@@ -79,6 +86,10 @@ ALLOWED_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (JobStatus.PENDING, JobStatus.BLOCKED): (
         "a parent it was released without was retried (not claimed yet)",
     ),
+    # Durable jobs (django_pgjobs/durable/): a run parks between its steps.
+    (JobStatus.RUNNING, JobStatus.WAITING): ("parked: a sleep or a wait (attempt not counted)",),
+    (JobStatus.WAITING, JobStatus.PENDING): ("woken: its time came, a signal or an event",),
+    (JobStatus.WAITING, JobStatus.CANCELLED): (_CANCEL,),
 }
 
 

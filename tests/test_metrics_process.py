@@ -145,11 +145,11 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
     jobs = {k[1]: v for k, v in samples.items() if k[0] == "pgjobs_queue_jobs"}
     expected_jobs = {}
     for queue, values in {
-        "default": (1, 0, 0, 0, 0),
-        "emails": (0, 0, 0, 0, 0),
-        "other": (1, 1, 0, 0, 0),
+        "default": (1, 0, 0, 0, 0, 0),
+        "emails": (0, 0, 0, 0, 0, 0),
+        "other": (1, 1, 0, 0, 0, 0),
     }.items():
-        states = ("pending", "due", "running", "stuck", "blocked")
+        states = ("pending", "due", "running", "stuck", "blocked", "waiting")
         for state, value in zip(states, values, strict=True):
             expected_jobs[(("queue", queue), ("state", state))] = value
     assert {k: v for k, v in jobs.items() if k in expected_jobs} == expected_jobs

@@ -101,6 +101,7 @@ def test_plain_table_output(jobs: None, capsys: Any) -> None:
         "queue",
         "pending",
         "blocked",
+        "waiting",
         "due",
         "running",
         "stuck",
@@ -111,7 +112,7 @@ def test_plain_table_output(jobs: None, capsys: Any) -> None:
         "dead/1h",
     ]
     row_a = next(line.split() for line in out.splitlines() if line.startswith("a "))
-    assert row_a[:5] == ["a", "4", "0", "3", "0"] and row_a[7:] == ["2", "0", "4", "0"]
+    assert row_a[:6] == ["a", "4", "0", "0", "3", "0"] and row_a[8:] == ["2", "0", "4", "0"]
     assert "autovacuum_vacuum_scale_factor=0.05" in out
     assert "live workers: 2" in out and "WARNING: queue 'b'" in out
 

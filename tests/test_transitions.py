@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from django_pgjobs import claim, db
 from django_pgjobs.claim.plain import CLAIM_STATEMENTS
+from django_pgjobs.db.durable import job_park, job_wake_due
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import (
     job_complete_many,
@@ -170,6 +171,7 @@ OPS = [
         lambda j: job_cancel(connection, [j.id]),
         {
             JobStatus.BLOCKED: JobStatus.CANCELLED,
+            JobStatus.WAITING: JobStatus.CANCELLED,
             JobStatus.PENDING: JobStatus.CANCELLED,
             JobStatus.RUNNING: JobStatus.CANCELLED,
         },
@@ -227,10 +229,36 @@ OPS = [
         lambda j: cancel_workflow(j.id),
         {
             JobStatus.BLOCKED: JobStatus.CANCELLED,
+            JobStatus.WAITING: JobStatus.CANCELLED,
             JobStatus.PENDING: JobStatus.CANCELLED,
             JobStatus.RUNNING: JobStatus.CANCELLED,
         },
         prepare=_in_workflow,
+    ),
+    # Durable jobs: a run parks (or, woken meanwhile, goes back to pending), and the
+    # wake pass moves a waiting job whose time came.
+    Op(
+        "park",
+        ("JOB_PARK",),
+        lambda j: job_park(
+            connection, id=j.id, lease=j.lease, until=None, waiting_for="{}", seen=0
+        ),
+        {JobStatus.RUNNING: JobStatus.WAITING},
+    ),
+    Op(
+        "park_woken",
+        ("JOB_PARK",),
+        lambda j: job_park(
+            connection, id=j.id, lease=j.lease, until=None, waiting_for="{}", seen=-1
+        ),
+        {JobStatus.RUNNING: JobStatus.PENDING},
+    ),
+    Op(
+        "wake_due",
+        ("JOB_WAKE_DUE",),
+        lambda j: job_wake_due(connection),
+        {JobStatus.WAITING: JobStatus.PENDING},
+        counts=frozenset({"wakes"}),
     ),
     Op(
         "dead_exhausted",

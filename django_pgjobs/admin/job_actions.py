@@ -113,7 +113,8 @@ class JobActions(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the 
         self._report(request, "Retried", ids, result.changed, result.held, queryset.db)
 
     @admin.action(
-        description="Cancel (blocked, pending or running → cancelled)", permissions=["change"]
+        description="Cancel (blocked, waiting, pending or running → cancelled)",
+        permissions=["change"],
     )
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         ids = self._selected_ids(request, queryset)

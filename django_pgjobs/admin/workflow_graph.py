@@ -28,11 +28,12 @@ HEAD, TAIL, EDGE_LIMIT, PER_LAYER = 1000, 500, 20_000, 20
 #: Fill colour of each status (the finished ones as on the overview's chart).
 STATUS_COLOURS = {
     "blocked": "#d9d9d9",
+    "waiting": "#b9cde5",
     "pending": "#79aec8",
     "running": "#e08a00",
     **OUTCOME_COLOURS,
 }
-DARK_TEXT = {"blocked", "pending"}
+DARK_TEXT = {"blocked", "waiting", "pending"}
 
 NODE_W, NODE_H, COL_W, ROW_H, PAD = 132, 24, 176, 32, 12
 LABEL_CHARS = 18

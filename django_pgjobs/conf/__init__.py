@@ -206,6 +206,12 @@ class PgJobsSettings:
         "`MAX_ARGS_BYTES`); a larger one dead-letters that job (no retry) with an error "
         "saying so.",
     )
+    MAX_STEPS = Setting(
+        1000,
+        parsers.whole,
+        "Most steps (steps, atomic steps, sleeps, waits) one durable job records; the "
+        "run that asks for one more is dead-lettered with an error saying so.",
+    )
     MAX_ERRORS_KEPT = Setting(
         20,
         parsers.whole,

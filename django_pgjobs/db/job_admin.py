@@ -18,7 +18,7 @@ from django_pgjobs.db.tables import DEPENDENCY, JOB, UNIQUE_ACTIVE_INDEX, by_id_
 from django_pgjobs.db.workflow_trigger import FINISHED_SQL
 from django_pgjobs.states import JobStatus
 
-# Cancel blocked, pending or running jobs; the lease bump rejects an in-flight
+# Cancel blocked, waiting, pending or running jobs; the lease bump rejects an in-flight
 # result. (A cancelled workflow job's dependents: the trigger of db/workflow_trigger.py.)
 # A running job's thread goes on until its worker sees the cancel (or the job checks
 # context.is_cancelled()): its limit slot stays held (db/held_slots.py) under the
@@ -27,7 +27,7 @@ JOB_CANCEL = f"""
 WITH mine AS (
     SELECT id, status, lease, worker, queue, concurrency_key FROM {JOB}
      WHERE id = ANY(%(ids)s::bigint[])
-       AND {by_id_is(JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING)}
+       AND {by_id_is(JobStatus.BLOCKED, JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)}
      ORDER BY id
        FOR NO KEY UPDATE
 ), cancelled AS (
@@ -45,6 +45,7 @@ SELECT id FROM cancelled
 declare(
     "JOB_CANCEL",
     (JobStatus.BLOCKED, JobStatus.CANCELLED),
+    (JobStatus.WAITING, JobStatus.CANCELLED),
     (JobStatus.PENDING, JobStatus.CANCELLED),
     (JobStatus.RUNNING, JobStatus.CANCELLED),
 )
@@ -70,7 +71,7 @@ _FORGIVEN = """(SELECT COALESCE(jsonb_agg(CASE WHEN e ? 'refunded' THEN e || '{"
 # slot stays held (db/held_slots.py) in case its worker was only frozen.
 #
 # unique_while (docs/reference/api.md): a dead or cancelled job that still carries a unique key
-# must not take it back while another job holds it (blocked, pending or running), nor may
+# must not take it back while another job holds it (blocked, waiting, pending or running), nor may
 # two jobs of this statement take the same key. Such a job is skipped, like a
 # second enqueue of the key: one row per skipped job, with the id of the job that
 # holds (or in this call takes) the key; retried jobs come back with holder NULL.
@@ -91,8 +92,8 @@ WITH mine AS (
     SELECT m.id,
            (SELECT h.id FROM {JOB} h
              WHERE h.unique_key = m.unique_key
-               AND h.status IN ('{JobStatus.BLOCKED}', '{JobStatus.PENDING}',
-                                '{JobStatus.RUNNING}')
+               AND h.status IN ('{JobStatus.BLOCKED}', '{JobStatus.WAITING}',
+                                '{JobStatus.PENDING}', '{JobStatus.RUNNING}')
              LIMIT 1) AS holder,
            min(m.id) OVER (PARTITION BY m.unique_key) AS first
       FROM mine m
@@ -213,7 +214,7 @@ def job_retry_now(connection: Connection, ids: Sequence[int], *, stale_after: fl
 
 
 def job_cancel(connection: Connection, ids: Sequence[int]) -> set[int]:
-    """JOB_CANCEL: the ids of ``ids`` that were blocked, pending or running and are now
+    """JOB_CANCEL: the ids of ``ids`` that were blocked, waiting, pending or running and are now
     cancelled."""
     with connection.cursor() as cursor:
         cursor.execute(JOB_CANCEL, {"ids": list(ids)})

@@ -110,10 +110,12 @@ DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"
 # {columns}: the model's column list, filled in once by the caller (jobs/enqueue.py), so
 # the row becomes a ``Job`` with ``from_db``.
 JOB_BY_KEY = f"SELECT {{columns}} FROM {JOB} WHERE idempotency_key = %s"
-# (A blocked workflow job holds its key from its enqueue, like a pending one.)
+# (A blocked workflow job holds its key from its enqueue, like a pending one; a
+# waiting durable job holds it between its runs.)
 JOB_BY_UNIQUE_KEY = (
     f"SELECT {{columns}} FROM {JOB} WHERE unique_key = %s AND status IN "
-    f"('{JobStatus.BLOCKED}', '{JobStatus.PENDING}', '{JobStatus.RUNNING}')"
+    f"('{JobStatus.BLOCKED}', '{JobStatus.WAITING}', '{JobStatus.PENDING}', "
+    f"'{JobStatus.RUNNING}')"
 )
 
 # enqueue_many's bulk insert ({columns}: the columns the batch sets; the rest take

@@ -16,6 +16,7 @@ DEPENDENCY = "django_pgjobs_jobdependency"
 HELD_SLOT = "django_pgjobs_heldslot"
 MINUTE = "django_pgjobs_minute"
 ROLLUP_MARK = "django_pgjobs_rollupmark"
+STEP = "django_pgjobs_jobstep"
 
 #: The channel of every wake-up NOTIFY (payload: the queue name).
 NOTIFY_CHANNEL = "pgjobs"

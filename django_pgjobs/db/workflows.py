@@ -9,6 +9,9 @@ from django_pgjobs.db.epoch import epoch_us
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.tables import DEPENDENCY, JOB, NOTIFY_CHANNEL, RESULT, WORKFLOW
 from django_pgjobs.db.workflow_trigger import BLOCKED, CANCELLED, FINISHED_SQL, PENDING, RUNNING
+from django_pgjobs.states import JobStatus
+
+WAITING = JobStatus.WAITING
 
 # ---------------------------------------------------------------------------
 # Enqueue of a graph: a workflow row and its job ids, then the nodes and edges
@@ -153,13 +156,13 @@ SELECT closed_at IS NOT NULL, members FROM {WORKFLOW} WHERE id = %(id)s FOR NO K
 # Cancel, the graph
 # ---------------------------------------------------------------------------
 
-# Cancel every node of a run that has not finished (blocked, pending, running),
+# Cancel every node of a run that has not finished (blocked, waiting, pending, running),
 # locked in id order; the lease bump fences a running node's result. The trigger
 # then does the rest (children already cancelled here only count the parent).
 WF_CANCEL = f"""
 WITH mine AS (
     SELECT id FROM {JOB}
-     WHERE workflow_id = %(id)s AND status IN ('blocked', 'pending', 'running')
+     WHERE workflow_id = %(id)s AND status IN ('blocked', 'waiting', 'pending', 'running')
      ORDER BY id
        FOR NO KEY UPDATE
 )
@@ -169,7 +172,13 @@ UPDATE {JOB} AS j
   FROM mine WHERE j.id = mine.id
 RETURNING j.id
 """
-declare("WF_CANCEL", (BLOCKED, CANCELLED), (PENDING, CANCELLED), (RUNNING, CANCELLED))
+declare(
+    "WF_CANCEL",
+    (BLOCKED, CANCELLED),
+    (WAITING, CANCELLED),
+    (PENDING, CANCELLED),
+    (RUNNING, CANCELLED),
+)
 
 # Mark the run cancelled (after its nodes, so the lock order stays jobs -> run row).
 WF_MARK_CANCELLED = f"""

@@ -46,9 +46,10 @@ logger = logging.getLogger("django_pgjobs")
 OUTCOMES = ("completed", "retried", "dead", "fenced", "released", "timed_out")
 #: Values of the ``state`` label of ``pgjobs_queue_jobs``. ``due`` is the part of
 #: ``pending`` whose run_at has passed, ``stuck`` the part of ``running`` whose
-#: heartbeat is stale: sum only pending, running and blocked (workflow jobs waiting
-#: for their parents, not claimable).
-QUEUE_STATES = ("pending", "due", "running", "stuck", "blocked")
+#: heartbeat is stale: sum only pending, running, blocked (workflow jobs waiting
+#: for their parents, not claimable) and waiting (durable jobs parked in a sleep or
+#: a wait, holding no worker).
+QUEUE_STATES = ("pending", "due", "running", "stuck", "blocked", "waiting")
 #: Histogram buckets (seconds): from no-op jobs to hour-long reports.
 DURATION_BUCKETS = (
     0.005,
@@ -142,9 +143,10 @@ class QueueCollector:
     def _families(samples: list[QueueSample]) -> list[Metric]:
         jobs = GaugeMetricFamily(
             "pgjobs_queue_jobs",
-            "Jobs per queue and state (pending, due, running, stuck, blocked), read from "
-            "the partial indexes on an interval. due is part of pending, stuck part of "
-            "running; blocked jobs wait for their parents (workflows).",
+            "Jobs per queue and state (pending, due, running, stuck, blocked, waiting), "
+            "read from the partial indexes on an interval. due is part of pending, stuck "
+            "part of running; blocked jobs wait for their parents (workflows), waiting "
+            "jobs in a sleep or a wait (durable jobs).",
             labels=["queue", "state"],
         )
         lag = GaugeMetricFamily(

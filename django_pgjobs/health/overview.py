@@ -10,8 +10,9 @@ finished rows in the table and hundreds of finishes a second.
 
 What each number means (also in ``docs/howto/operate-the-queue.md``):
 
-* pending / due / running / stuck / blocked: exact counts (partial indexes hold only
-  live rows; blocked: workflow jobs waiting for their parents, not part of pending);
+* pending / due / running / stuck / blocked / waiting: exact counts (partial indexes
+  hold only live rows; blocked: workflow jobs waiting for their parents, waiting:
+  durable jobs parked in a sleep or a wait; neither is part of pending);
 * lag: age of the oldest *due* pending job per queue (``None`` when nothing is due);
 * completed / dead / cancelled per queue: exact counts of jobs that *finished in
   the window* (the overview's is the last hour, ``RECENT_WINDOW``; windows start on a
@@ -32,6 +33,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_pgjobs.db.durable import STATUS_WAITING
 from django_pgjobs.db.reports import (
     ACTIVE_QUEUES,
     INDEX_SIZE,
@@ -70,6 +72,8 @@ class QueueCounts:
     stuck: int = 0
     #: workflow jobs waiting for their parents: not claimable, not part of pending
     blocked: int = 0
+    #: durable jobs parked in a sleep or a wait: not claimable, holding no worker
+    waiting: int = 0
 
 
 @dataclass
@@ -166,8 +170,8 @@ def _rows(
 
 
 def queue_rows(connection: BaseDatabaseWrapper, *, stale_after: float) -> dict[str, QueueRow]:
-    """Exact pending/due/running/stuck counts and lag per queue, and blocked counts
-    (two queries, each through its partial index)."""
+    """Exact pending/due/running/stuck counts and lag per queue, and blocked and
+    waiting counts (three queries, each through its partial index)."""
     rows = {
         name: QueueRow(name, pending, due, running, stuck, lag=lag)
         for name, pending, due, running, stuck, lag in _rows(
@@ -176,6 +180,8 @@ def queue_rows(connection: BaseDatabaseWrapper, *, stale_after: float) -> dict[s
     }
     for name, blocked in _rows(connection, STATUS_BLOCKED):
         rows.setdefault(name, QueueRow(name)).blocked = blocked
+    for name, waiting in _rows(connection, STATUS_WAITING):
+        rows.setdefault(name, QueueRow(name)).waiting = waiting
     return rows
 
 

@@ -92,7 +92,14 @@ class QueueStatsRefresher(threading.Thread):
             return False
         samples = [
             QueueSample(
-                r.queue, r.pending, r.due, r.running, r.stuck, blocked=r.blocked, lag=r.lag_seconds
+                r.queue,
+                r.pending,
+                r.due,
+                r.running,
+                r.stuck,
+                blocked=r.blocked,
+                waiting=r.waiting,
+                lag=r.lag_seconds,
             )
             for r in rows.values()
         ]

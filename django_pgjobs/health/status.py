@@ -102,6 +102,7 @@ def collect(*, window: float = 3600.0, alias: str | None = None) -> Status:
             r.running,
             r.stuck,
             blocked=r.blocked,
+            waiting=r.waiting,
             lag=None if r.lag is None else r.lag.total_seconds(),
             finished={**dict.fromkeys(FINISHED, 0), **r.finished},
         )
@@ -210,6 +211,7 @@ def render(status: Status, now: datetime) -> str:
         "queue",
         "pending",
         "blocked",
+        "waiting",
         "due",
         "running",
         "stuck",
@@ -222,6 +224,7 @@ def render(status: Status, now: datetime) -> str:
             printable(e.queue),
             str(e.pending),
             str(e.blocked),
+            str(e.waiting),
             str(e.due),
             str(e.running),
             str(e.stuck),

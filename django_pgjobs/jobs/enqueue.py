@@ -176,6 +176,8 @@ def new_job(
         "failed_parents": None,
         "cancelled_by": None,
         "suspect": False,
+        "waiting_for": None,
+        "wakes": 0,
         **(overrides or {}),
     }
     job = model.from_db(alias, attnames, [values[name] for name in attnames])

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django_pgjobs.db import job_admin
 from django_pgjobs.jobs import operations
 from django_pgjobs.jobs.enqueue import enqueue_by_name
-from django_pgjobs.states import TERMINAL, JobStatus
+from django_pgjobs.states import ACTIVE, TERMINAL, JobStatus
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job
@@ -152,8 +152,8 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
 
     def cancellable(self) -> JobQuerySet:
-        """The jobs ``cancel()`` would change: blocked, pending or running."""
-        return self.filter(status__in=[JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING])
+        """The jobs ``cancel()`` would change: blocked, waiting, pending or running."""
+        return self.filter(status__in=sorted(ACTIVE))
 
     def retry(self, *, stale_after: float | None = None) -> int:
         """Put the selected dead, cancelled or stuck jobs back to pending, due now, attempts
@@ -172,7 +172,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         return operations.retry(self, stale_after=stale_after)
 
     def cancel(self) -> int:
-        """Cancel the selected blocked, pending or running jobs (lease bumped, so a running job's
+        """Cancel the selected blocked, waiting, pending or running jobs (lease bumped, so a running job's
         result is rejected and its ``context.is_cancelled()`` turns true) — the admin's
         Cancel action. Returns how many jobs changed."""
         return len(operations.cancel(self))

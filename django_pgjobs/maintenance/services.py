@@ -22,6 +22,7 @@ from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.maintenance.rollup import Rollup
 from django_pgjobs.maintenance.statistics import TableStatistics
 from django_pgjobs.maintenance.unknown_tasks import UnknownTaskSweeper
+from django_pgjobs.maintenance.wakes import WakePass
 from django_pgjobs.maintenance.workflow_repair import WorkflowRepair
 from django_pgjobs.support.throttle import Backoff
 
@@ -44,8 +45,10 @@ class Service(Protocol):
 def default_services(*, alias: str, worker: str) -> list[Service]:
     """The services a worker runs: the reaper, the pruner, (built-in engine) the cron
     ticker, the unknown-task sweeper, the workflow repair pass, the minute rollup and the
-    statistics pass."""
+    statistics pass, and the wake pass of durable jobs."""
     services: list[Service] = [Reaper(alias=alias, worker=worker)]
+    # Durable jobs whose sleep ended, or whose wait timed out, back to pending.
+    services.append(WakePass(alias=alias))
     # A pass of at most 2 s, so the reaper and the ticker sharing this thread stay on time.
     services.append(Pruner(alias=alias, time_budget=2.0))
     if get_settings().CRON_ENGINE == "builtin":

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 N = TypeVar("N", int, float)
 
 RETRY_STATUSES = (str(JobStatus.DEAD), str(JobStatus.CANCELLED), str(JobStatus.RUNNING))
-CANCEL_STATUSES = (str(JobStatus.BLOCKED), str(JobStatus.PENDING), str(JobStatus.RUNNING))
+CANCEL_STATUSES = tuple(
+    str(s) for s in (JobStatus.BLOCKED, JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
+)
 
 
 def id_list(value: str) -> list[int]:

@@ -53,6 +53,7 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
     JobStatus.BLOCKED: TaskResultStatus.READY,  # a workflow job waiting for its parents
     JobStatus.PENDING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.WAITING: TaskResultStatus.RUNNING,  # a durable task between its runs: started
     JobStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
     JobStatus.DEAD: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,

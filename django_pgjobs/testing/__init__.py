@@ -6,6 +6,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
@@ -16,6 +17,7 @@ from django_pgjobs import signals
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.durable import job_advance_waiting, job_wake_due
 from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.states import JobStatus
 from django_pgjobs.support.safetext import printable
@@ -37,11 +39,22 @@ class RanJob:
     error: dict[str, Any] | None = None
 
 
-_STATUS = {"completed": "completed", "retry": "pending", "dead": "dead", "fenced": "fenced"}
+_STATUS = {
+    "completed": "completed",
+    "retry": "pending",
+    "dead": "dead",
+    "fenced": "fenced",
+    "released": "pending",
+    "waiting": "waiting",
+}
 
 
 def run_jobs(
-    queues: Sequence[str] | None = None, *, max_jobs: int | None = None, using: str | None = None
+    queues: Sequence[str] | None = None,
+    *,
+    max_jobs: int | None = None,
+    using: str | None = None,
+    advance: timedelta | None = None,
 ) -> list[RanJob]:
     """Drain due jobs in this process (no threads), in claim order; return what ran.
 
@@ -60,7 +73,15 @@ def run_jobs(
     recognise their own committed write, so the job is reported exactly once. If
     the redo fails too (or the call runs inside a transaction, where reconnecting
     is impossible) it raises ``PgJobsError`` naming the job.
+
+    Durable jobs: a job that sleeps or waits is left ``waiting`` (its ``RanJob``
+    status); one whose time has come is woken and run. ``advance``: once the due jobs
+    are done, move every waiting job's clock that far forward (its wake time and its
+    recorded sleeps), then run what that made due: a three-day sleep is tested
+    without sleeping.
     """
+    if advance is not None and (not isinstance(advance, timedelta) or advance < timedelta(0)):
+        raise ValueError(f"advance must be a timedelta >= 0, got {advance!r}")
     alias = using or get_settings().DATABASE
     connection = connections[alias]
     worker = "testing.run_jobs"
@@ -71,6 +92,12 @@ def run_jobs(
     while max_jobs is None or len(ran) < max_jobs:
         claimed = state.take(connection, 1)
         if not claimed:
+            if job_wake_due(connection):  # waiting jobs whose time came
+                continue
+            if advance is not None:
+                job_advance_waiting(connection, advance.total_seconds(), queues)
+                advance = None
+                continue
             break
         job = claimed[0]
         signals.send(signals.job_started, **outcomes.signal_args(job, worker))

@@ -23,6 +23,7 @@ from django.db import connections, transaction
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.job_outcome import encode_result, result_by_key
+from django_pgjobs.durable.control import Parked, RunFenced
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, TransactionLeftOpen, UnknownTask
 from django_pgjobs.jobs import registry
 from django_pgjobs.jobs.context import JobContext
@@ -258,6 +259,7 @@ def execute(
             return prepared
         definition, args, kwargs, parents = prepared
         context = context or make_context(claimed, worker)
+        context.alias = alias
         if parents is not None:
             context.parent_results = parents
         if definition.atomic:
@@ -268,7 +270,9 @@ def execute(
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
             if job_connection.left_open(alias):
                 job_connection.close(alias)
-            return _failure(definition, claimed, exc, worker, started_at=started_at)
+                if isinstance(exc, Parked | RunFenced):
+                    exc = _left_open(claimed)
+            return _ended(exc) or _failure(definition, claimed, exc, worker, started_at=started_at)
         if job_connection.left_open(alias):
             job_connection.close(alias)  # the server rolls back what it wrote since BEGIN
             return _failure(definition, claimed, _left_open(claimed), worker, started_at=started_at)
@@ -304,6 +308,7 @@ async def aexecute(
         definition, args, kwargs, parents = prepared
         if parents is not None:
             context.parent_results = parents
+        context.alias = alias
         call_args = [context, *args] if definition.takes_context else args
         _running.job = True  # the worker's loop thread runs nothing but jobs
         try:
@@ -314,8 +319,9 @@ async def aexecute(
             raise
         except BaseException as exc:  # noqa: BLE001
             exit_if_forked_child(True)
-            await job_connection.async_left_open(alias, epoch)  # rolled back with the failure
-            return _failure(definition, claimed, exc, worker, started_at=started_at)
+            if await job_connection.async_left_open(alias, epoch) and isinstance(exc, Parked):
+                exc = _left_open(claimed, shared=True)  # rolled back: not a clean park
+            return _ended(exc) or _failure(definition, claimed, exc, worker, started_at=started_at)
         exit_if_forked_child(False)
         if await job_connection.async_left_open(alias, epoch):
             left = _left_open(claimed, shared=True)
@@ -340,6 +346,16 @@ def _prepare_off_loop(
         with contextlib.suppress(Exception):  # the next failure tries again
             job_connection.tidy(alias)
     return prepared
+
+
+def _ended(exc: BaseException) -> Outcome | None:
+    """The outcome of a durable run that ended early (durable/control.py): parked, or
+    fenced while recording a step; None for any other exception."""
+    if isinstance(exc, Parked):
+        return Outcome("waiting", extra={"parked": exc})
+    if isinstance(exc, RunFenced):
+        return Outcome("fenced", exception=LeaseLost(str(exc)))
+    return None
 
 
 def _left_open(claimed: Claimed, *, shared: bool = False) -> TransactionLeftOpen:

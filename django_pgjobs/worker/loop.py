@@ -106,7 +106,7 @@ class Worker:
         )
         # timed_out: runs given up on (each also counted as retry or dead)
         self.counts = dict.fromkeys(
-            ("completed", "retry", "dead", "fenced", "released", "timed_out"), 0
+            ("completed", "retry", "dead", "fenced", "released", "waiting", "timed_out"), 0
         )
         self.inflight = InFlightTable()
         poll = conf.POLL_INTERVAL if poll_interval is None else poll_interval

@@ -12,6 +12,7 @@ write that was fenced off.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import signals
 from django_pgjobs.claim.rows import Claimed
+from django_pgjobs.db.durable import job_park
 from django_pgjobs.db.job_outcome import (
     Encoded,
     job_complete_many,
@@ -30,11 +32,13 @@ from django_pgjobs.db.job_outcome import (
     job_retry,
     job_timed_out,
 )
+from django_pgjobs.durable.control import Parked
 
 logger = logging.getLogger("django_pgjobs")
 
-#: "released": handed back uncharged (an async run another job cancelled: running.py)
-Kind = Literal["completed", "retry", "dead", "fenced", "released"]
+#: "released": handed back uncharged (an async run another job cancelled: running.py);
+#: "waiting": a durable run parked (``extra["parked"]``: the ``Parked`` it raised)
+Kind = Literal["completed", "retry", "dead", "fenced", "released", "waiting"]
 
 
 @dataclass
@@ -92,6 +96,8 @@ def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -
     if outcome.kind == "released":
         # The statement of a release at shutdown: the run has ended, no slot is held.
         return job_release(connection, id=claimed.id, lease=claimed.lease)
+    if outcome.kind == "waiting":
+        return park(connection, claimed, outcome.extra["parked"])
     if outcome.error is None:
         raise ValueError(f"a {outcome.kind} outcome without an error entry")
     if outcome.extra.get("timed_out"):
@@ -120,6 +126,20 @@ def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -
             outcome.kind = "dead"  # the attempts guard dead-lettered it: report that
         return status is not None
     return job_dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+
+
+def park(connection: BaseDatabaseWrapper, claimed: Claimed, parked: Parked) -> bool:
+    """Park a durable run (JOB_PARK): waiting until ``parked.until``, or pending at once
+    if it was woken since its last look; the attempt not counted. True when ours."""
+    status = job_park(
+        connection,
+        id=claimed.id,
+        lease=claimed.lease,
+        until=parked.until,
+        waiting_for=json.dumps(parked.waiting_for),
+        seen=parked.seen_wakes,
+    )
+    return status is not None
 
 
 def write_batch(
@@ -215,9 +235,12 @@ def report(claimed: Claimed, outcome: Outcome, *, ours: bool, worker: str | None
         except Exception:  # report() never raises
             logger.exception("job %s: after-write callback failed", claimed.id, extra=extra)
     if not ours:
-        write = {"completed": "complete", "fenced": "complete", "released": "release"}.get(
-            outcome.kind, outcome.kind
-        )
+        write = {
+            "completed": "complete",
+            "fenced": "complete",
+            "released": "release",
+            "waiting": "park",
+        }.get(outcome.kind, outcome.kind)
         report_fenced(claimed, write, worker=worker)
         return
     if outcome.kind == "released":
@@ -230,6 +253,11 @@ def report(claimed: Claimed, outcome: Outcome, *, ours: bool, worker: str | None
             extra=extra,
         )
         signals.send(signals.job_released, **base)
+        return
+    if outcome.kind == "waiting":
+        logger.debug(
+            "job %s (%s) %s", claimed.id, claimed.task, outcome.extra["parked"], extra=extra
+        )
         return
     if outcome.kind == "completed":
         logger.debug("job %s (%s) completed", claimed.id, claimed.task, extra=extra)

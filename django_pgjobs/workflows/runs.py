@@ -44,7 +44,7 @@ class WorkflowRun:
 
 
 def cancel_workflow(run_id: int, *, using: str | None = None) -> int:
-    """Cancel every blocked, pending or running job of run ``run_id`` (a running job's
+    """Cancel every blocked, waiting, pending or running job of run ``run_id`` (a running job's
     result is fenced off; its ``context.is_cancelled()`` turns true) and mark the run
     cancelled. Returns how many jobs changed. Joins the caller's transaction."""
     alias = using or get_settings().DATABASE
@@ -102,7 +102,7 @@ def workflow_graph(run_id: int, *, using: str | None = None, limit: int = 5000) 
 
 
 #: The statuses in the order the admin lists them (waiting first, finished last).
-STATUS_ORDER = ("blocked", "pending", "running", "completed", "dead", "cancelled")
+STATUS_ORDER = ("blocked", "waiting", "pending", "running", "completed", "dead", "cancelled")
 FINISHED = frozenset({"completed", "dead", "cancelled"})
 
 

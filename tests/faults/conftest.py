@@ -114,7 +114,7 @@ def db(cluster: TempCluster) -> Iterator[psycopg.Connection]:
     """An autocommit connection to the suite's database, on empty tables."""
     with psycopg.connect(cluster.dsn(DBNAME), autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE django_pgjobs_job, django_pgjobs_jobresult, django_pgjobs_worker,"
+            "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobresult, django_pgjobs_worker,"
             " django_pgjobs_queue, django_pgjobs_knowntask, django_pgjobs_workflow,"
             " django_pgjobs_jobdependency, django_pgjobs_heldslot, fault_effects,"
             " django_pgjobs_minute, django_pgjobs_rollupmark RESTART IDENTITY"

@@ -25,6 +25,7 @@ from tests.faults.conftest import Workers, django_env
 from tests.faults.matrix_rows import (
     ATOMIC,
     CRASHER,
+    DURABLE,
     FINAL,
     FRESH_DEADLINE,
     HELD_KEY,
@@ -217,6 +218,8 @@ class Scenario:
             )
         if setup == "workflow":
             self.workflow_setup()
+        if setup == "durable":
+            self.insert(DURABLE, priority=55)
         if setup == "unanalysed":
             # The statistics pass analyses a table never analysed since its TRUNCATE;
             # autovacuum counts changes across TRUNCATEs (mod_since_analyze) and, once

@@ -13,6 +13,8 @@ ATOMIC = "tests.testapp.jobs.fault_atomic"
 UNKNOWN = "tests.faults.not_in_this_release"
 KEYED = "tests.flow_keyed_jobs.per_user"
 CRASHER = "tests.testapp.jobs.exits_nine"
+#: A durable job: a step, a half-second sleep, a step (setup="durable").
+DURABLE = "tests.durable_jobs.fault_durable"
 #: An async job that cancels every task of its worker's loop, and its neighbour.
 CANCELS_ALL = "tests.testapp.core_jobs.cancels_every_task"
 ASYNC_SLEEP = "tests.testapp.core_jobs.async_sleep"
@@ -115,7 +117,7 @@ class Row:
     django6: bool = False  # the Tasks backend: Django >= 6.0 only
     linger: float = 0.0  # ambiguous: seconds between the commit and the error
     # flow workload: unknown | unknown_dead | max_running | rate | keyed | keyed_ghost
-    # | suspect_crash | fair
+    # | suspect_crash | fair | durable
     setup: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
     # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
@@ -358,6 +360,17 @@ ROWS: tuple[Row, ...] = (
         args=("--queues", "default", "--concurrency", "4"),
         setup="unknown",
         env=PROBE_ENV,
+        periodic=True,
+    ),
+    # Durable jobs (db/durable.py): a job of the workload records a step, parks for
+    # half a second, is woken by the wake pass and runs again, replaying its step.
+    Row("worker: record a durable step", "db.STEP_RECORD", "worker", setup="durable"),
+    Row("worker: park a durable run", "db.JOB_PARK", "worker", setup="durable"),
+    Row(
+        "wake pass: wake due waiting jobs",
+        "db.JOB_WAKE_DUE",
+        "worker",
+        setup="durable",
         periodic=True,
     ),
     Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
@@ -622,6 +635,8 @@ NOT_RUNTIME = {
     "claim.JOB_CLAIM_ALL": "claim.claim(queues=None) without a task filter; a worker of every"
     " queue claims by name from claim.PENDING_QUEUES instead (Claimant)",
     "db.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
+    "db.JOB_ADVANCE_WAITING": "testing.run_jobs(advance=) only: a test's own clock, in the"
+    " test's transaction (tests/test_durable_steps.py)",
     "db.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
     "db.JOB_HEARTBEAT_PULSE": "run by the heartbeat process alone (pulse.py: psycopg without"
     " Django), only while its worker is late; faulted there as pulse:JOB_HEARTBEAT_PULSE (rows"

@@ -14,7 +14,7 @@ from django_pgjobs.management.selection_command import SelectionCommand
 
 class Command(SelectionCommand):
     help = (
-        "Cancel blocked, pending or running jobs (lease bumped: a running job's result is "
+        "Cancel blocked, waiting, pending or running jobs (lease bumped: a running job's result is "
         "rejected and its context.is_cancelled() turns true). Needs at least one of "
         "--ids, --task, --queue, --status."
     )

@@ -1,0 +1,83 @@
+"""The durable job's tables: ``JobStep`` (one row per finished step, sleep, patch mark
+or consumed wait of a job) and the two columns a parked job needs on its own row
+(``DurableColumns``: what it waits for, and how often it was woken).
+
+The job's row stays the one source of truth about its run; a step row is written by
+a statement that checks the run's lease against the job's row in the same
+transaction (``durable/steps.py``), so a run that lost its lease records nothing.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from django_pgjobs.states import JobStatus
+
+#: The wake pass's index: the waiting rows by wake time, and only those, so a queue
+#: with 10,000 sleeping jobs adds nothing to the claim index (partial on pending).
+WAITING_INDEX = models.Index(
+    fields=["run_at"], name="pgjobs_job_waiting_idx", condition=Q(status=JobStatus.WAITING)
+)
+
+
+class DurableColumns(models.Model):
+    """The columns of ``Job`` that only durable jobs use (NULL / 0 for any other job).
+
+    ``waiting_for``: while the job is waiting, what it waits for
+    (``{"kind": "sleep", "name": ...}``, ``{"kind": "signal", "name": ...}``,
+    ``{"kind": "event", "name": ..., "key": ...}``); the admin and ``jobs_status``
+    show it. ``wakes``: bumped by every statement that wakes the job or gives it
+    something to wait for (a signal, an event), in that statement's transaction. The
+    park is conditional on it (``JOB_PARK`` in ``durable/park_sql.py``): a wake that
+    commits between the run's last look and its park sends the job back to pending
+    instead of leaving it asleep.
+    """
+
+    waiting_for = models.JSONField(null=True, blank=True, editable=False)
+    wakes = models.BigIntegerField(db_default=0, editable=False)
+
+    class Meta:
+        abstract = True
+
+
+class JobStep(models.Model):
+    """One finished step of a durable job, keyed by (job, name, occurrence).
+
+    ``occurrence``: the n-th call of that name in one run (0 first), so a loop that
+    calls the same step name records each call. ``seq``: the order the steps were
+    recorded in, which a later run must follow (``NonDeterministic`` otherwise).
+    ``kind``: step, atomic, sleep, patch, signal, event. ``result``: the step's
+    stored return value (JSON, bounded by ``PGJOBS["MAX_RESULT_BYTES"]``); a sleep
+    stores its wake time. The foreign key cascades: a job's steps go with it when it
+    is pruned. Written by the statements of ``durable/steps.py`` only.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        "django_pgjobs.Job", on_delete=models.CASCADE, related_name="steps", db_index=False
+    )
+    seq = models.IntegerField()
+    name = models.CharField(max_length=255)
+    occurrence = models.IntegerField(db_default=0)
+    kind = models.CharField(max_length=16)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["job_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "name", "occurrence"], name="pgjobs_jobstep_name_uniq"
+            ),
+            # The replay reads a job's steps in order, and two runs racing to record
+            # the same position collide here (the fenced one rolls back).
+            models.UniqueConstraint(fields=["job", "seq"], name="pgjobs_jobstep_seq_uniq"),
+            models.CheckConstraint(
+                condition=Q(seq__gte=0, occurrence__gte=0), name="pgjobs_jobstep_seq_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.name!r} #{self.occurrence} of job #{self.job_id}"

@@ -1,0 +1,111 @@
+"""Jobs of the durable-job tests (imported through PGJOBS["JOB_MODULES"]).
+
+Side effects a test counts: in this process, ``CALLS`` (run_jobs tests); across
+worker processes, auth ``Group`` rows (an atomic step's writes, one row per name) and
+the ``calls`` step function's appends to a file named by PGJOBS_TEST_CALLS.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import Group
+
+from django_pgjobs import JobContext, job
+
+CALLS: list[str] = []
+#: The "deployed code" of the code-change tests: which version of a job runs.
+CODE = {"version": 1}
+
+
+def call(name: str, value: Any = None) -> Any:
+    CALLS.append(name)
+    path = os.environ.get("PGJOBS_TEST_CALLS")
+    if path:
+        with open(path, "a") as out:
+            out.write(f"{name}\n")
+    return value
+
+
+def fail(message: str) -> None:
+    CALLS.append("fail")
+    raise ValueError(message)
+
+
+@job(takes_context=True, queue="durable")
+def three_steps(context: JobContext, n: int) -> list[Any]:
+    a = context.step("a", call, "a", n + 1)
+    context.sleep("nap", timedelta(hours=1))
+    b = context.step("b", call, "b", a * 10)
+    return [a, b]
+
+
+@job(takes_context=True, queue="durable", max_attempts=3)
+def fails_after_a_step(context: JobContext) -> str:
+    context.step("first", call, "first", 1)
+    if len([c for c in CALLS if c == "fail"]) < 1:
+        context.step("second", fail, "the first try fails")
+    context.step("second", call, "second", 2)
+    return "done"
+
+
+@job(takes_context=True, queue="durable")
+def grants(context: JobContext, name: str) -> int:
+    with context.atomic_step("grant") as step:
+        CALLS.append("grant-block")
+        step.result = Group.objects.create(name=name).id
+    context.sleep("settle", timedelta(minutes=5))
+    with context.atomic_step("grant-2"):
+        Group.objects.create(name=f"{name}-2")
+    return int(step.result)
+
+
+@job(takes_context=True, queue="durable")
+def versioned(context: JobContext) -> list[str]:
+    """Version 1: a, sleep, b. Version 2 (reordered): b before a. Version 3: v2's
+    change behind patched(). Version 4: v1 plus a step after the sleep."""
+    version = CODE["version"]
+    if version == 2:
+        return [context.step("b", call, "b", "b"), context.step("a", call, "a", "a")]
+    if version == 3 and context.patched("b-first"):
+        return [context.step("b", call, "b", "b"), context.step("a", call, "a", "a")]
+    out = [context.step("a", call, "a", "a")]
+    context.sleep("nap", timedelta(hours=1))
+    if version == 4:
+        out.append(context.step("added", call, "added", "added"))
+    out.append(context.step("b", call, "b", "b"))
+    return out
+
+
+@job(takes_context=True)
+def fault_durable(context: JobContext) -> list[Any]:
+    """The fault matrix's durable job: a step, a short sleep (the job parks, the wake
+    pass wakes it), a step; of the default queue, like the matrix's other jobs."""
+    a = context.step("a", call, "fault-a", context.job_id)
+    context.sleep("nap", 0.5)
+    return [a, context.step("b", call, "fault-b", "b")]
+
+
+@job(takes_context=True, queue="durable")
+def many_steps(context: JobContext, n: int) -> int:
+    for i in range(n):
+        context.step("tick", call, "tick", i)
+    return n
+
+
+@job(takes_context=True, queue="durable")
+def sleeps(context: JobContext, seconds: float) -> float:
+    start = context.step("start", time.time)
+    context.sleep("wait", seconds)
+    return time.time() - start
+
+
+@job(takes_context=True, queue="durable")
+async def async_sleeps(context: JobContext, seconds: float) -> list[Any]:
+    a = await context.astep("a", call, "async-a", 1)
+    await context.asleep("wait", seconds)
+    b = await context.astep("b", call, "async-b", 2)
+    return [a, b]

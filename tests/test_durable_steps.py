@@ -1,0 +1,142 @@
+"""Durable jobs run in the test's process (``run_jobs``): steps replayed, not re-run; a
+raising step not stored; sleeps that park the job and wake it; code changes refused
+(``NonDeterministic``) or accepted behind ``patched``; ``MAX_STEPS``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
+
+from django_pgjobs.models import Job, JobStep
+from django_pgjobs.testing import run_jobs
+from tests import durable_jobs
+from tests.durable_jobs import CALLS, CODE
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    CALLS.clear()
+    CODE["version"] = 1
+    yield
+    CALLS.clear()
+    CODE["version"] = 1
+
+
+def _steps(job_id: int) -> list[tuple[int, str, int, str]]:
+    return list(
+        JobStep.objects.filter(job_id=job_id)
+        .order_by("seq")
+        .values_list("seq", "name", "occurrence", "kind")
+    )
+
+
+def test_a_sleep_parks_the_job_and_finished_steps_are_not_run_again() -> None:
+    job = durable_jobs.three_steps.enqueue(1)
+    [ran] = run_jobs()
+    assert ran.status == "waiting"
+    row = Job.objects.get(id=job.id)
+    assert row.status == "waiting"
+    assert row.waiting_for == {"kind": "sleep", "name": "nap"}
+    assert row.attempts == 0  # a park does not count the attempt
+    assert CALLS == ["a"]
+    assert run_jobs() == []  # not due for an hour
+    [ran] = run_jobs(advance=timedelta(hours=1))
+    assert (ran.status, ran.value) == ("completed", [2, 20])
+    assert CALLS == ["a", "b"]  # "a" replayed from its record, not called again
+    assert _steps(job.id) == [(0, "a", 0, "step"), (1, "nap", 0, "sleep"), (2, "b", 0, "step")]
+    assert Job.objects.get(id=job.id).attempts == 1
+
+
+def test_a_step_that_raises_is_not_stored_and_the_retry_skips_the_finished_ones() -> None:
+    job = durable_jobs.fails_after_a_step.enqueue()
+    [first] = run_jobs()
+    assert first.status == "pending"  # retried after its backoff
+    assert _steps(job.id) == [(0, "first", 0, "step")]  # "second" raised: not stored
+    Job.objects.filter(id=job.id).update(run_at=timezone.now() - timedelta(hours=1))
+    [second] = run_jobs()
+    assert (second.status, second.value) == ("completed", "done")
+    assert CALLS == ["first", "fail", "second"]
+    assert [s[1] for s in _steps(job.id)] == ["first", "second"]
+
+
+def test_an_atomic_step_runs_its_block_once_and_a_replay_returns_its_result() -> None:
+    job = durable_jobs.grants.enqueue("g")
+    [ran] = run_jobs()
+    assert ran.status == "waiting"
+    group_id = Group.objects.get(name="g").id
+    [ran] = run_jobs(advance=timedelta(minutes=5))
+    assert (ran.status, ran.value) == ("completed", group_id)
+    assert CALLS == ["grant-block"]  # the replay skipped the block
+    assert Group.objects.filter(name__startswith="g").count() == 2
+    assert [s[1:] for s in _steps(job.id)] == [
+        ("grant", 0, "atomic"),
+        ("settle", 0, "sleep"),
+        ("grant-2", 0, "atomic"),
+    ]
+
+
+def test_a_reordered_step_is_refused_with_nondeterministic_naming_the_steps() -> None:
+    job = durable_jobs.versioned.enqueue()
+    run_jobs()  # version 1: "a", then sleeps
+    CODE["version"] = 2  # deployed: "b" now comes before "a"
+    [ran] = run_jobs(advance=timedelta(hours=1))
+    assert ran.status == "dead"
+    assert ran.error is not None
+    assert ran.error["type"] == "django_pgjobs.exceptions.NonDeterministic"
+    assert "'b'" in ran.error["message"] and "'a'" in ran.error["message"]
+    assert Job.objects.get(id=job.id).attempts == 1  # never retried on its own
+
+
+def test_the_same_change_behind_patched_keeps_old_runs_on_their_branch() -> None:
+    old = durable_jobs.versioned.enqueue()
+    run_jobs()  # version 1 run: recorded "a" and the sleep
+    CODE["version"] = 3
+    new = durable_jobs.versioned.enqueue()
+    ran = {r.id: r for r in run_jobs(advance=timedelta(hours=1))}
+    assert (ran[old.id].status, ran[old.id].value) == ("completed", ["a", "b"])
+    assert (ran[new.id].status, ran[new.id].value) == ("completed", ["b", "a"])
+    assert _steps(new.id)[0][1:] == ("b-first", 0, "patch")
+
+
+def test_a_step_added_after_a_sleep_does_not_strand_the_sleeping_job() -> None:
+    job = durable_jobs.versioned.enqueue()
+    run_jobs()
+    CODE["version"] = 4  # a rolling deploy adds a step after the sleep
+    [ran] = run_jobs(advance=timedelta(hours=1))
+    assert (ran.status, ran.value) == ("completed", ["a", "added", "b"])
+    assert [s[1] for s in _steps(job.id)] == ["a", "nap", "added", "b"]
+
+
+@override_settings(PGJOBS={"MAX_STEPS": 3})
+def test_more_steps_than_max_steps_dead_letters_the_job_with_a_clear_error() -> None:
+    job = durable_jobs.many_steps.enqueue(4)
+    [ran] = run_jobs()
+    assert ran.status == "dead"
+    assert ran.error is not None
+    assert ran.error["type"] == "django_pgjobs.exceptions.TooManySteps"
+    assert "MAX_STEPS" in ran.error["message"]
+    assert len(_steps(job.id)) == 3
+
+
+def test_a_repeated_step_name_is_keyed_by_its_occurrence() -> None:
+    job = durable_jobs.many_steps.enqueue(3)
+    [ran] = run_jobs()
+    assert ran.status == "completed"
+    assert [(s[1], s[2]) for s in _steps(job.id)] == [("tick", 0), ("tick", 1), ("tick", 2)]
+
+
+def test_a_pruned_job_takes_its_steps_along() -> None:
+    job = durable_jobs.many_steps.enqueue(2)
+    run_jobs()
+    assert JobStep.objects.filter(job_id=job.id).count() == 2
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM django_pgjobs_job WHERE id = %s", [job.id])
+    assert JobStep.objects.filter(job_id=job.id).count() == 0
