@@ -8,6 +8,7 @@ the ``calls`` step function's appends to a file named by PGJOBS_TEST_CALLS.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from datetime import timedelta
 from typing import Any
@@ -109,3 +110,46 @@ async def async_sleeps(context: JobContext, seconds: float) -> list[Any]:
     await context.asleep("wait", seconds)
     b = await context.astep("b", call, "async-b", 2)
     return [a, b]
+
+
+def _once(marker: str) -> bool:
+    """True the first time it is asked about ``marker`` (a file), on this host."""
+    if os.path.exists(marker):
+        return False
+    with open(marker, "w") as out:
+        out.write(str(os.getpid()))
+    return True
+
+
+@job(takes_context=True, queue="durable-proc")
+def crashing_grants(context: JobContext, name: str, marker_dir: str) -> list[int]:
+    """Two atomic steps; the first run's worker is SIGKILLed inside the second's block,
+    after its row was written and before it committed."""
+    with context.atomic_step("grant-1") as first:
+        first.result = Group.objects.create(name=f"{name}-1").id
+    with context.atomic_step("grant-2") as second:
+        second.result = Group.objects.create(name=f"{name}-2").id
+        if _once(os.path.join(marker_dir, "killed")):
+            os.kill(os.getpid(), signal.SIGKILL)
+    return [first.result, second.result]
+
+
+@job(takes_context=True, queue="durable-proc")
+def frozen_grant(context: JobContext, name: str, marker_dir: str) -> int:
+    """An atomic step whose first run freezes its worker (SIGSTOP) inside the block: the
+    job is reclaimed and finished elsewhere while the zombie holds its transaction."""
+    with context.atomic_step("grant") as step:
+        step.result = Group.objects.create(name=f"{name}-lease-{context.lease}").id
+        if context.lease == 1:
+            with open(os.path.join(marker_dir, "frozen"), "w") as out:
+                out.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+    return int(step.result)
+
+
+@job(takes_context=True, queue="durable-proc", max_attempts=1)
+def writes_elsewhere(context: JobContext, name: str) -> None:
+    """An atomic step that writes through the alias ``other`` (tests/settings_two_aliases.py)."""
+    with context.atomic_step("grant"):
+        Group.objects.create(name=f"{name}-default")
+        Group.objects.using("other").create(name=f"{name}-other")

@@ -50,3 +50,16 @@ async def async_keyed_sleep(key: str, seconds: float) -> list[float]:
 @job(queue="fair-limited", fair_key="tenant:{tenant}", concurrency_key="c:{tenant}")
 def limited_tenant_job(tenant: str, i: int, seconds: float = 0.0) -> dict[str, float]:
     return timed(seconds)
+
+
+@job(
+    takes_context=True,
+    queue="flow-keyed",
+    concurrency_key="sleeper:{user_id}",
+    concurrency_limit=1,
+)
+def durable_keyed_sleeper(context: JobContext, user_id: int, seconds: float) -> str:
+    """A durable job under a concurrency key of limit 1: while it sleeps (waiting) the
+    key's one slot is free."""
+    context.sleep("nap", seconds)
+    return "woke"

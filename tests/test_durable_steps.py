@@ -13,9 +13,9 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_pgjobs.models import Job, JobStep
+from django_pgjobs.models import Job, JobStep, Queue
 from django_pgjobs.testing import run_jobs
-from tests import durable_jobs
+from tests import durable_jobs, flow_keyed_jobs
 from tests.durable_jobs import CALLS, CODE
 
 pytestmark = pytest.mark.django_db
@@ -140,3 +140,22 @@ def test_a_pruned_job_takes_its_steps_along() -> None:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM django_pgjobs_job WHERE id = %s", [job.id])
     assert JobStep.objects.filter(job_id=job.id).count() == 0
+
+
+def test_a_waiting_job_counts_against_no_queue_limit() -> None:
+    Queue.objects.create(name="durable", max_running=1, rate="2/h")
+    sleeper = durable_jobs.three_steps.enqueue(1)
+    other = durable_jobs.many_steps.enqueue(1)
+    ran = {r.id: r.status for r in run_jobs()}
+    # the sleeper's start took one of the two starts of the hour; parked, it holds no
+    # running slot, so the other job of the queue runs in the same drain
+    assert ran == {sleeper.id: "waiting", other.id: "completed"}
+
+
+def test_a_waiting_job_frees_its_concurrency_key() -> None:
+    first = flow_keyed_jobs.durable_keyed_sleeper.enqueue(1, 3600)
+    second = flow_keyed_jobs.durable_keyed_sleeper.enqueue(1, 0)
+    ran = {r.id: r.status for r in run_jobs()}
+    assert ran == {first.id: "waiting", second.id: "completed"}
+    [woke] = run_jobs(advance=timedelta(hours=1))
+    assert (woke.id, woke.status, woke.value) == (first.id, "completed", "woke")

@@ -27,7 +27,6 @@ from contextlib import ExitStack
 from types import FrameType, TracebackType
 from typing import Any
 
-from django.conf import settings
 from django.db import connections, transaction
 
 from django_pgjobs.durable import steps
@@ -84,7 +83,7 @@ class AtomicStep:
         stack = ExitStack()
         stack.enter_context(transaction.atomic(using=run.alias))
         try:
-            for alias in settings.DATABASES:
+            for alias in connections:
                 if alias != run.alias:
                     stack.enter_context(connections[alias].execute_wrapper(self._refuse(alias)))
         except BaseException:
