@@ -28,3 +28,11 @@ def by_payload(payload: dict[str, str]) -> None:
 @job(queue="fair")
 def unkeyed(i: int) -> None:
     return None
+
+
+@job(queue="unfair")
+def unfair_tenant_job(tenant: str, i: int, seconds: float = 0.0) -> dict[str, float]:
+    """``tenant_job`` without a fair key: the benchmark's FIFO baseline."""
+    start = time.time()
+    time.sleep(seconds)
+    return {"start": start, "end": time.time()}

@@ -97,27 +97,30 @@ _TURN = f"""turn AS MATERIALIZED (
 )"""
 
 # Each key's first due jobs in claim order, locked as they are read (SKIP LOCKED: a
-# row another claim holds is passed over, and the scan goes on to the next), ranked
-# by turn, then by the key's place, then within the key; the first n are claimed.
-# ``used`` shifts the cursor's key: its first job belongs to the turn it was in.
+# row another claim holds is passed over, and the scan goes on to the next), and
+# numbered within the key as they come. The key is matched as a range of one value,
+# ordered by it: only the fair index gives that order without a sort, so the planner
+# never reads one key's jobs through the claim index, past every other key's (it
+# did, with ``fair_key = t.key``, for a queue whose statistics saw one key).
+# Ranked by turn, then by the key's place, then within the key; the first n are
+# claimed. ``used`` shifts the cursor's key: its first job belongs to the turn it
+# was in.
 _PICK = f"""cand AS (
-    SELECT c.id, c.priority, c.run_at, t.key, t.pos, t.w, t.used FROM turn t
+    SELECT c.id, c.rank, t.key, t.pos, t.w, t.used FROM turn t
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at FROM {JOB} j
-         WHERE j.status = '{JobStatus.PENDING}' AND j.queue = %(queue)s
-           AND j.fair_key = t.key AND j.run_at <= now() AND {_KNOWN}
-         ORDER BY j.priority DESC, j.run_at, j.id
-         LIMIT t.cap
-           FOR UPDATE OF j SKIP LOCKED
+        SELECT l.id, row_number() OVER () AS rank FROM (
+            SELECT j.id FROM {JOB} j
+             WHERE j.status = '{JobStatus.PENDING}' AND j.queue = %(queue)s
+               AND j.fair_key >= t.key AND j.fair_key <= t.key
+               AND j.run_at <= now() AND {_KNOWN}
+             ORDER BY j.fair_key, j.priority DESC, j.run_at, j.id
+             LIMIT t.cap
+               FOR UPDATE OF j SKIP LOCKED
+        ) AS l
     ) AS c
-), ranked AS (
-    SELECT cand.id, cand.key, cand.pos, cand.w, cand.used,
-           row_number() OVER (PARTITION BY cand.key
-                              ORDER BY cand.priority DESC, cand.run_at, cand.id) AS rank
-      FROM cand
 ), picked AS (
     SELECT id, key, pos, (rank - 1 + used) / w AS round, (rank - 1 + used) %% w + 1 AS in_turn
-      FROM ranked
+      FROM cand
      ORDER BY (rank - 1 + used) / w, pos, rank
      LIMIT %(n)s
 )"""
