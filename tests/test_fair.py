@@ -3,6 +3,7 @@ order (round-robin over keys, priority within a key, weights), and its plans."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -174,3 +175,30 @@ def test_the_cursor_goes_on_where_the_last_claim_stopped() -> None:
     assert cursor == Cursor("tenant:b", 1)
     claimed, cursor = job_claim_fair(connection, worker="w", queue="fair", n=2, cursor=cursor)
     assert [c.kwargs for c in claimed] == [{}] and cursor == Cursor("tenant:c", 1)
+
+
+@db
+def test_the_fair_claim_reads_every_key_through_the_fair_index() -> None:
+    """One key holding every row the statistics saw: planned by them alone, a key's
+    scan went through the claim index with the key as a filter (for a small key
+    enqueued since, past the large key's backlog), and the estimates put the claim
+    past jit_above_cost."""
+    from django_pgjobs.claim.fair import JOB_CLAIM_FAIR
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO django_pgjobs_job (task, queue, run_at, fair_key, kwargs)"
+            " SELECT 't', 'fair', now() - interval '1 minute', 'large', '{}'"
+            " FROM generate_series(1, 30000) g"
+        )
+        cur.execute("ANALYZE django_pgjobs_job")
+        params = {"worker": "w", "queue": "fair", "n": 10, "cursor": "", "used": 0, "tasks": None}
+        cur.execute("EXPLAIN (FORMAT JSON) " + JOB_CLAIM_FAIR, params)
+        plan = cur.fetchone()[0]
+        cur.execute("SHOW jit_above_cost")
+        jit_above = float(cur.fetchone()[0])
+    text = plan if isinstance(plan, str) else json.dumps(plan)
+    assert "pgjobs_job_claim_idx" not in text, text
+    assert '"Node Type": "Seq Scan"' not in text, text
+    top = (json.loads(text) if isinstance(plan, str) else plan)[0]["Plan"]
+    assert top["Total Cost"] < jit_above, top["Total Cost"]
