@@ -127,7 +127,7 @@ def sql(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
 def empty_tables() -> None:
     sql(
         "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobdependency, django_pgjobs_workflow,"
-        " django_pgjobs_jobresult"
+        " django_pgjobs_jobresult, django_pgjobs_jobsignal"
     )
     with psycopg.connect(server_dsn(DB), autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE django_pgjobs_job")

@@ -23,10 +23,12 @@ __all__ = [
     "cancel_workflow",
     "chain",
     "chord",
+    "emit_event",
     "group",
     "job",
     "pause_queue",
     "resume_queue",
+    "send_signal",
 ]
 
 #: Workflows and batches, from django_pgjobs.workflows.
@@ -36,6 +38,8 @@ _WORKFLOW_NAMES = frozenset(
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.decorators import job
+    from django_pgjobs.durable.events import emit_event
+    from django_pgjobs.durable.signals import send_signal
     from django_pgjobs.exceptions import JobTimeout, NonDeterministic
     from django_pgjobs.jobs.context import JobContext
     from django_pgjobs.queues import pause_queue, resume_queue
@@ -73,6 +77,14 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs.jobs.context import JobContext
 
         return JobContext
+    if name == "send_signal":
+        from django_pgjobs.durable.signals import send_signal
+
+        return send_signal
+    if name == "emit_event":
+        from django_pgjobs.durable.events import emit_event
+
+        return emit_event
     if name in _WORKFLOW_NAMES:
         from django_pgjobs import workflows
 

@@ -6,6 +6,7 @@ E003 STALE_AFTER < 3 x HEARTBEAT_INTERVAL
 E004 invalid recurring schedule (expression, timezone, entry)   E005 unknown task in CRON
 E010 bad PGJOBS["QUEUES"] entry (unknown key, max_running < 1, rate not "N/s"|"N/m"|"N/h")
 E011 the database has part of the migrations the squashed migration replaces (database check)
+E012 EVENT_RETENTION shorter than EVENT_LOOKBACK (an event would be pruned while it still counts)
 W004 CRON_CATCHUP_WINDOW not shorter than a RETENTION (a pruned fire time could run again)
 """
 
@@ -84,6 +85,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 f"PGJOBS['STALE_AFTER'] ({conf.STALE_AFTER:g}s) must be at least 3 x "
                 f"HEARTBEAT_INTERVAL ({conf.HEARTBEAT_INTERVAL:g}s), or healthy jobs get reclaimed",
                 id="django_pgjobs.E003",
+            )
+        )
+    if conf.EVENT_RETENTION < conf.EVENT_LOOKBACK:
+        errors.append(
+            checks.Error(
+                f"PGJOBS['EVENT_RETENTION'] ({conf.EVENT_RETENTION:g}s) is shorter than "
+                f"EVENT_LOOKBACK ({conf.EVENT_LOOKBACK:g}s): an event would be pruned while a "
+                "wait could still count it",
+                id="django_pgjobs.E012",
             )
         )
     return errors

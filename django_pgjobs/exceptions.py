@@ -79,3 +79,12 @@ class TooManySteps(PgJobsError):
     Never retried on its own: every run would ask the same."""
 
     _pgjobs_no_retry = True  # executor.NO_RETRY, on the class
+
+
+class UnknownJob(LookupError, PgJobsError):
+    """``send_signal`` to a job id that no row holds (never enqueued, or pruned)."""
+
+
+class JobFinished(ValueError, PgJobsError):
+    """``send_signal`` to a job that has finished (completed, dead or cancelled): no
+    run would ever read the signal."""

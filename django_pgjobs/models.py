@@ -1,13 +1,11 @@
 """Tables: ``Job`` (the queue and its history), ``JobResult`` (a completed job's return
-value), ``Worker`` (one row per live ``runjobs``), ``Queue`` (pause and limits),
-``KnownTask`` (when a live worker last knew a task), ``HeldSlot`` (limit slots of
-runs written off while their thread goes on), and ``Minute`` / ``RollupMark`` (finished
-jobs counted per minute, for the pages that show the last hour).
+value), ``Worker`` (one row per live ``runjobs``), ``Queue`` (pause and limits), ``KnownTask``
+(when a live worker last knew a task), ``HeldSlot`` (limit slots of runs written off while
+their thread goes on), ``Minute`` / ``RollupMark`` (finished jobs counted per minute, for
+the pages that show the last hour); signals and events: ``durable/signal_models.py``.
 
-No business logic lives here. State changes go through the statements of ``db/``
-(fenced by ``lease``), never through ``Job.save()``. The schema holds the invariants as
-CHECK constraints so that no code path, ours or a user's psql session, can
-break them.
+No business logic lives here: state changes go through the statements of ``db/`` (fenced
+by ``lease``), never ``Job.save()``; CHECK constraints hold the invariants on any path.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from django_pgjobs.support import decoding
 from django_pgjobs.support.installed import require_installed
 
 require_installed("django_pgjobs.models")
+from django_pgjobs.durable.signal_models import JobEvent, JobSignal  # noqa: E402,F401
 
 
 class StoredJSONField(models.JSONField):

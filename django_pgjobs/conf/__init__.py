@@ -147,6 +147,20 @@ class PgJobsSettings:
         "How long finished jobs are kept before the pruner deletes them; `None` keeps "
         "them for ever. Keys you leave out keep their default.",
     )
+    EVENT_LOOKBACK = Setting(
+        3600.0,
+        parsers.duration,
+        "How long before a `context.wait_for_event(...)` began an event may have been "
+        "emitted and still count for it (the wait's `lookback=` overrides it).",
+        checks="django_pgjobs.E012",
+    )
+    EVENT_RETENTION = Setting(
+        7 * 86400.0,
+        parsers.duration,
+        "How long events (`emit_event`) are kept before the pruner deletes them. Must be "
+        "at least `EVENT_LOOKBACK`.",
+        checks="django_pgjobs.E012",
+    )
     BATCH_ABANDONED_AFTER = Setting(
         3600.0,
         parsers.duration,

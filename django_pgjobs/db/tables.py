@@ -17,6 +17,8 @@ HELD_SLOT = "django_pgjobs_heldslot"
 MINUTE = "django_pgjobs_minute"
 ROLLUP_MARK = "django_pgjobs_rollupmark"
 STEP = "django_pgjobs_jobstep"
+SIGNAL = "django_pgjobs_jobsignal"
+EVENT = "django_pgjobs_jobevent"
 
 #: The channel of every wake-up NOTIFY (payload: the queue name).
 NOTIFY_CHANNEL = "pgjobs"

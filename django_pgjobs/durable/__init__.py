@@ -14,7 +14,12 @@ The parts, each in its module:
 * ``control.py``: ``Parked`` (the run ends, the job waits: the executor's outcome
   "waiting", written by ``JOB_PARK`` with the attempt not counted and the slot
   freed) and ``RunFenced``.
+* ``signal_models.py``: ``JobSignal`` (a message to one job, deleted with it) and
+  ``JobEvent`` (by name and key, pruned by age);
+* ``signals.py`` / ``events.py``: ``send_signal`` and ``emit_event``, written in the
+  caller's transaction (``payloads.py`` checks what they carry).
 
-The statements are in ``db/durable.py``; the wake pass that moves due waiting jobs
+The statements are in ``db/durable.py`` (signals and events: ``db/job_signals.py``,
+``db/events.py``); the wake pass that moves due waiting jobs
 back to pending in ``maintenance/wakes.py``.
 """

@@ -28,6 +28,7 @@ from django.db import connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import pg_cron
+from django_pgjobs.db.events import EVENT_PRUNE_BATCH
 from django_pgjobs.db.prune import JOB_PRUNE_BATCH
 from django_pgjobs.db.reap import JOB_REAP_STALE, reap_params
 from django_pgjobs.maintenance.cron import Schedule
@@ -170,6 +171,14 @@ def maintenance_entries(conn: psycopg.Connection[Any]) -> list[Entry]:
         )
         for status, older_than in Pruner().plan()
     ]
+    event_retention = get_settings().EVENT_RETENTION
+    prunes.append(
+        _literal(
+            conn,
+            EVENT_PRUNE_BATCH,
+            {"older_than": event_retention, "batch": MAINTENANCE_BATCH},
+        )
+    )
     entries = [Entry(REAP_ENTRY, "* * * * *", " ".join(reap.split()))]
     if prunes:
         entries.append(

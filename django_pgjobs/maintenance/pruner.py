@@ -7,7 +7,9 @@ in its own transaction taken with ``FOR UPDATE SKIP LOCKED``, so pruners on many
 hosts share the work, never wait on each other or on an admin action, and no
 lock is held for longer than one batch. Results go with their job, except
 results whose idempotency key must keep protecting against a re-run (see
-``db/prune.py``).
+``db/prune.py``); a job's signals go with it (the foreign key cascades). Events
+(``emit_event``) are pruned by age, after ``PGJOBS["EVENT_RETENTION"]``, in the
+same batches, once the jobs are done.
 
 Inside ``runjobs`` a pass stops after ``time_budget`` seconds (the maintenance
 thread also runs the reaper and the cron ticker) and resumes at the next
@@ -24,6 +26,7 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.events import EVENT_PRUNE_BATCH, EVENT_PRUNE_COUNT
 from django_pgjobs.db.prune import JOB_PRUNE_BATCH, JOB_PRUNE_COUNT
 from django_pgjobs.states import FINISHED, TERMINAL
 
@@ -44,8 +47,11 @@ class Pruner:
         batch: int = 1000,
         time_budget: float | None = None,
         pause: float = 0.0,
+        events: bool = True,
     ):
         conf = get_settings()
+        #: Events older than this are deleted (None: a pass leaves them).
+        self.event_retention: float | None = conf.EVENT_RETENTION if events else None
         self.alias = alias or conf.DATABASE
         self.retention: dict[str, float | None] = dict(
             conf.RETENTION if retention is None else retention
@@ -77,6 +83,14 @@ class Pruner:
                 out[status] = int(cursor.fetchone()[0])
         return out
 
+    def count_events(self) -> int:
+        """How many events a pass would delete now (for ``--dry-run``)."""
+        if self.event_retention is None:
+            return 0
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(EVENT_PRUNE_COUNT, {"older_than": self.event_retention})
+            return int(cursor.fetchone()[0])
+
     def run_once(self, statuses: Iterable[str] | None = None) -> dict[str, Any]:
         """Delete due rows batch by batch; returns counts per status and batch sizes."""
         started = time.monotonic()
@@ -105,6 +119,9 @@ class Pruner:
                     time.sleep(self.pause)
             if not complete:
                 break
+        events = 0
+        if complete and statuses is None and self.event_retention is not None:
+            events, complete = self._prune_events(started)
         total = sum(deleted.values())
         if total:
             logger.info(
@@ -114,4 +131,31 @@ class Pruner:
                 deleted,
                 "" if complete else " (time budget reached; continuing next pass)",
             )
-        return {"deleted": total, "by_status": deleted, "batches": batches, "complete": complete}
+        if events:
+            logger.info("pruned %d event(s) older than %gs", events, self.event_retention)
+        return {
+            "deleted": total,
+            "by_status": deleted,
+            "batches": batches,
+            "complete": complete,
+            "events": events,
+        }
+
+    def _prune_events(self, started: float) -> tuple[int, bool]:
+        """Events past their retention, batch by batch within the pass's budget:
+        (how many went, whether none is left due)."""
+        deleted = 0
+        connection = connections[self.alias]
+        while True:
+            if self.time_budget is not None and time.monotonic() - started > self.time_budget:
+                return deleted, False
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    EVENT_PRUNE_BATCH, {"older_than": self.event_retention, "batch": self.batch}
+                )
+                n = int(cursor.fetchone()[0])
+            deleted += n
+            if n < self.batch:
+                return deleted, True
+            if self.pause:
+                time.sleep(self.pause)

@@ -117,7 +117,8 @@ def db(cluster: TempCluster) -> Iterator[psycopg.Connection]:
             "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobresult, django_pgjobs_worker,"
             " django_pgjobs_queue, django_pgjobs_knowntask, django_pgjobs_workflow,"
             " django_pgjobs_jobdependency, django_pgjobs_heldslot, fault_effects,"
-            " django_pgjobs_minute, django_pgjobs_rollupmark RESTART IDENTITY"
+            " django_pgjobs_minute, django_pgjobs_rollupmark, django_pgjobs_jobsignal,"
+            " django_pgjobs_jobevent RESTART IDENTITY"
         )
         # as migrated (the statistics cell turns it off: tests/faults/matrix.py)
         conn.execute("ALTER TABLE django_pgjobs_job RESET (autovacuum_enabled)")

@@ -7,7 +7,8 @@ enqueue (with an idempotency key, retried once after an error as a caller should
 also a ``unique_while`` job, through JOB_INSERT_FLOW),
 enqueue_many (``batch``: rows per COPY), pause/resume a queue (``pause_resume``:
 both, each retried once; ``pause`` / ``resume``: one attempt), admin cancel / retry / pages, jobs_status, prune --dry-run,
-``testing.run_jobs``; workflows: enqueue a chain (retried once), a batch with one member
+``testing.run_jobs``; ``send_signal`` (delivered twice with one key) and ``emit_event``,
+each retried once; workflows: enqueue a chain (retried once), a batch with one member
 (``batch``) or none (``batch_empty``: its close fires it), each closed again once
 after an error, and cancelling a workflow (retried once).
 """
@@ -67,6 +68,24 @@ def _retry_child_after_parent() -> dict[str, Any]:
         posts.append(post)
     ok = all(p["ok"] for p in posts)
     return {"ok": ok, "parent": parent, "child": child, "posts": posts}
+
+
+def _send_signal_twice(job_id: int, key: str) -> dict[str, Any]:
+    """A webhook's signal delivered twice with one idempotency key, each delivery
+    retried once after an error: both must name the one stored signal."""
+    from django_pgjobs import send_signal
+
+    ids, errors = [], []
+    for _delivery in range(2):
+        for _ in range(2):
+            try:
+                ids.append(send_signal(job_id, "approval", {"ok": True}, idempotency_key=key))
+                break
+            except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
+                errors.append(f"{type(exc).__name__}: {exc}")
+        else:
+            return {"ok": False, "job": job_id, "signals": ids, "error": errors}
+    return {"ok": len(set(ids)) == 1, "job": job_id, "signals": ids, "error": errors or None}
 
 
 def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
@@ -265,6 +284,22 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         return {"ok": ok, "status": response.status_code, "retried": [first, second]}
     if action == "retry_child_after_parent":
         return _retry_child_after_parent()
+    if action == "send_signal":
+        return _send_signal_twice(int(arg["id"]), arg["key"])
+    if action == "emit_event":
+        from django_pgjobs import emit_event
+
+        first_error = None
+        for _ in range(2):  # the caller retries once (an event has no key)
+            try:
+                return {
+                    "ok": True,
+                    "event": emit_event("fault.done", key="1"),
+                    "error": first_error,
+                }
+            except Exception as exc:  # noqa: BLE001 - the caller retries once
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
     if action == "run_jobs":
         from django_pgjobs.testing import run_jobs
 

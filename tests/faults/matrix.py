@@ -439,6 +439,7 @@ class Scenario:
             "listener": "ok",
             "slots_back": "ok",
             "kept_alive": "ok",
+            "delivered": "ok",
         }
         out.update(extra or {})
         out["limit"] = self.limit_held()

@@ -259,6 +259,8 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
             STEP, allowed=("completed", "dead"), extra="'dead', 5, 3, 'ghost', now(), now(), now()"
         )
         arg = {"ids": [dead]}
+    elif action == "send_signal":
+        arg = {"id": s.insert(STEP, allowed=("completed",)), "key": "hook-1"}
     elif action == "run_jobs":
         s.insert(STEP, priority=50)
         s.insert(STEP, priority=40, kwargs={"mode": "raise"})
@@ -313,6 +315,8 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
             s.expected.setdefault(job_id, ("completed",))
         if action == "enqueue_many":
             extra["all_or_nothing"] = _bulk_outcome(s, arg["n"])
+    if action in ("send_signal", "emit_event"):
+        extra["delivered"] = _delivered(s, action)
     # A batch left open (the open's COMMIT landed, its reply lost): the clean worker's
     # repair pass closes it at once, as it does an abandoned one after the grace period.
     grace = {"PGJOBS_TEST_BATCH_ABANDONED_AFTER": "0.01"} if action.startswith("batch") else {}
@@ -321,6 +325,26 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
     fresh = s.fresh_job_completes()
     stop(s, clean)
     return s.check(not_wedged=fresh, extra=extra)
+
+
+def _delivered(s: Scenario, action: str) -> str:
+    """send_signal: one stored signal, the one both deliveries were given; emit_event:
+    the event stored once or (a retry after a lost COMMIT reply) twice."""
+    result = s.driver_result
+    if not result.get("ok"):
+        return f"the caller was refused ({result})"
+    if action == "send_signal":
+        stored = [
+            r[0]
+            for r in s.db.execute(
+                "SELECT id FROM django_pgjobs_jobsignal WHERE job_id = %s", [result["job"]]
+            )
+        ]
+        if stored != result["signals"][:1]:
+            return f"signals stored {stored}, the caller was given {result['signals']}"
+        return "ok"
+    count = s.db.execute("SELECT count(*) FROM django_pgjobs_jobevent").fetchone()[0]
+    return "ok" if 1 <= count <= 2 else f"{count} events stored"
 
 
 def _bulk_outcome(s: Scenario, n: int) -> str:

@@ -74,6 +74,12 @@ INVARIANTS = (
         " ended or its worker is gone (no key is blocked for good)",
     ),
     (
+        "delivered",
+        "send_signal and emit_event, each retried once by the caller: the signal stored"
+        " exactly once (its idempotency key), a duplicate delivery given the same signal,"
+        " the event at least once (at most twice: an event has no key)",
+    ),
+    (
         "kept_alive",
         "heartbeat process: a job holding the GIL past STALE_AFTER, during which the"
         " process's statement failed, runs once on its first claim and completes (a"
@@ -303,6 +309,7 @@ ROWS: tuple[Row, ...] = (
     # The minute rollup (db/rollup.py): every worker's maintenance loop, one pass at a
     # time under the mark row's lock; the tables are emptied per cell, so the first pass
     # writes the mark row too.
+    Row("pruner: delete a batch of events", "db.EVENT_PRUNE_BATCH", "worker"),
     Row("rollup: lock the mark", "db.ROLLUP_LOCK", "worker"),
     Row("rollup: write the mark row", "db.ROLLUP_MARK_INSERT", "worker"),
     Row("rollup: count finishes into minutes", "db.ROLLUP_MINUTES", "worker"),
@@ -623,6 +630,35 @@ ROWS: tuple[Row, ...] = (
         action="tasks_get_result",
         times=0,
         django6=True,
+    ),
+    # Signals and events (durable/signals.py, durable/events.py), in the caller's
+    # transaction: a lost COMMIT reply, then the caller's retry (the same key).
+    Row(
+        "send_signal (retried once, then delivered again)",
+        "db.SIGNAL_SEND",
+        "driver",
+        action="send_signal",
+        at_commit=True,
+    ),
+    Row(
+        "send_signal: the signal holding a key, for the second delivery (retried once)",
+        "db.SIGNAL_BY_KEY",
+        "driver",
+        action="send_signal",
+    ),
+    Row(
+        "emit_event: the shared lock on (name, key) (retried once)",
+        "db.EVENT_LOCK_SHARED",
+        "driver",
+        action="emit_event",
+        at_commit=True,
+    ),
+    Row(
+        "emit_event: store the event (retried once)",
+        "db.EVENT_INSERT",
+        "driver",
+        action="emit_event",
+        at_commit=True,
     ),
     Row("admin pages: every read", "*read", "driver", action="admin_pages", times=0),
     Row("jobs_status: every read", "*read", "driver", action="jobs_status", times=0),

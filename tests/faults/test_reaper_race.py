@@ -46,7 +46,8 @@ def test_reaper_and_completer_never_both_win(db, cluster) -> None:
     try:
         for _ in range(ROUNDS):
             db.execute(
-                "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobresult, django_pgjobs_jobdependency"
+                "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobresult, django_pgjobs_jobdependency,"
+                " django_pgjobs_jobsignal"
             )
             ids = make_stale_running(db, JOBS_PER_ROUND)
             rng.shuffle(ids)

@@ -48,7 +48,8 @@ class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.conn.execute(
-            "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobresult, django_pgjobs_jobdependency"
+            "TRUNCATE django_pgjobs_job, django_pgjobs_jobstep, django_pgjobs_jobresult, django_pgjobs_jobdependency,"
+            " django_pgjobs_jobsignal"
         )
         self.held: list[tuple[int, int, int, int]] = []  # (id, lease, attempt, max_attempts)
         self.max_lease: dict[int, int] = {}

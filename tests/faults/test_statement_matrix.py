@@ -226,6 +226,8 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
         ("cancel_command", {"ids": [job2]}),
         ("retry_command", {"ids": [dead2]}),
         ("run_jobs", {}),
+        ("send_signal", {"id": scenario.insert(STEP), "key": "capture"}),
+        ("emit_event", {}),
         ("enqueue_workflow", {}),
         ("batch", {}),
         ("batch_empty", {}),

@@ -33,8 +33,9 @@ def duration(value: str) -> float:
 
 class Command(BaseCommand):
     help = (
-        "Delete finished jobs older than PGJOBS RETENTION (per status), in small batches "
-        "that hold row locks for milliseconds; safe on many hosts at once."
+        "Delete finished jobs older than PGJOBS RETENTION (per status), and events older "
+        "than EVENT_RETENTION, in small batches that hold row locks for milliseconds; safe "
+        "on many hosts at once."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -81,12 +82,21 @@ class Command(BaseCommand):
                     f"would delete {counts[status]} {status} job(s) finished "
                     f"more than {older_than:g}s ago"
                 )
+            if statuses is None and pruner.event_retention is not None:
+                self.stdout.write(
+                    f"would delete {pruner.count_events()} event(s) older than "
+                    f"{pruner.event_retention:g}s"
+                )
             return
         result = pruner.run_once(statuses)
         for status, older_than in plan:
             self.stdout.write(
                 f"deleted {result['by_status'].get(status, 0)} {status} job(s) "
                 f"finished more than {older_than:g}s ago"
+            )
+        if statuses is None and pruner.event_retention is not None:
+            self.stdout.write(
+                f"deleted {result['events']} event(s) older than {pruner.event_retention:g}s"
             )
         self.stdout.write(
             f"{result['deleted']} in {len(result['batches'])} batch(es) of at most {pruner.batch}"
