@@ -17,7 +17,6 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.durable.models import WAITING_INDEX, DurableColumns, JobStep  # noqa: F401
 from django_pgjobs.jobs.fair_schema import FAIR_INDEX, fair_key_field, weights_field
 from django_pgjobs.jobs.managers import JobManager
 from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
@@ -25,6 +24,9 @@ from django_pgjobs.support import decoding
 from django_pgjobs.support.installed import require_installed
 
 require_installed("django_pgjobs.models")
+# Below the check: importing a model class of an app Django does not know fails with a
+# sentence that does not say to add the app.
+from django_pgjobs.durable.models import WAITING_INDEX, DurableColumns, JobStep  # noqa: E402,F401
 from django_pgjobs.durable.signal_models import JobEvent, JobSignal  # noqa: E402,F401
 
 

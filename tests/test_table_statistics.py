@@ -13,7 +13,7 @@ from django.db import connection
 from psycopg import sql as psycopg_sql
 
 from django_pgjobs import claim
-from django_pgjobs.db.tables import JOB, SIGNAL
+from django_pgjobs.db.tables import JOB
 from django_pgjobs.maintenance.statistics import FLOOR_PAGES, TableStatistics, stale
 from tests.test_perf_plans import _fill, _numbered
 
