@@ -23,6 +23,7 @@ __all__ = [
     "cancel_workflow",
     "chain",
     "chord",
+    "durable",
     "emit_event",
     "group",
     "job",
@@ -73,6 +74,10 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs import exceptions
 
         return getattr(exceptions, name)
+    if name == "durable":  # durable(context) of a Django task: the package, callable
+        import importlib
+
+        return importlib.import_module("django_pgjobs.durable")
     if name == "JobContext":
         from django_pgjobs.jobs.context import JobContext
 

@@ -23,3 +23,55 @@ The statements are in ``db/durable.py`` (signals and events: ``db/job_signals.py
 ``db/events.py``); the wake pass that moves due waiting jobs
 back to pending in ``maintenance/wakes.py``.
 """
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+#: The ``JobContext`` of the Django task running in this context (the Tasks bridge
+#: sets it around the task's call), for ``django_pgjobs.durable(context)``.
+_task_job: ContextVar[Any] = ContextVar("pgjobs_task_job", default=None)
+
+
+@contextmanager
+def task_running(job_context: Any) -> Iterator[None]:
+    """While a Django task runs as a job: ``durable(context)`` finds its job."""
+    token = _task_job.set(job_context)
+    try:
+        yield
+    finally:
+        _task_job.reset(token)
+
+
+def for_task(context: Any) -> Any:
+    """``django_pgjobs.durable(context)``: the durable calls (``step``, ``atomic_step``,
+    ``sleep``, ``sleep_until``, ``patched``: a ``JobContext``) of the Django task whose
+    ``TaskContext`` is ``context``, run by a worker of a ``PgJobsBackend``."""
+    job = _task_job.get()
+    result = getattr(context, "task_result", None)
+    if job is None:
+        raise RuntimeError(
+            "django_pgjobs.durable(context) works inside a task that a django-pgjobs "
+            "worker runs (a PgJobsBackend task with takes_context=True)"
+        )
+    if result is None or str(getattr(result, "id", "")) != str(job.job_id):
+        raise TypeError(
+            "django_pgjobs.durable(context) takes the TaskContext the running task was "
+            f"given, got {type(context).__name__}"
+        )
+    return job
+
+
+class _CallableModule(types.ModuleType):
+    """This package, callable: ``django_pgjobs.durable(context)`` is ``for_task``."""
+
+    def __call__(self, context: Any) -> Any:
+        return for_task(context)
+
+
+sys.modules[__name__].__class__ = _CallableModule

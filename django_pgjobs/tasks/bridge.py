@@ -31,7 +31,7 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from django_pgjobs import signals
+from django_pgjobs import durable, signals
 from django_pgjobs.conf import get_settings
 from django_pgjobs.jobs import registry
 from django_pgjobs.jobs.definition import JobDefinition
@@ -406,7 +406,8 @@ def run(
     signals.send(task_started, sender, task_result=result)
     task = result.task
     if task.takes_context:
-        value = task.call(TaskContext(task_result=result), *args, **kwargs)
+        with durable.task_running(job):  # django_pgjobs.durable(context) finds the job
+            value = task.call(TaskContext(task_result=result), *args, **kwargs)
     else:
         value = task.call(*args, **kwargs)
     return _return_value(value, task.module_path)

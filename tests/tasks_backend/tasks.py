@@ -140,3 +140,18 @@ def loses_its_lease(context: TaskContext) -> str:
 
     Job.objects.filter(pk=int(context.task_result.id)).update(lease=F("lease") + 1)
     return "done"
+
+
+DURABLE_CALLS: list[str] = []
+
+
+@task(takes_context=True)
+def durable_task(context: TaskContext, n: int) -> list[int]:
+    """A Django task with durable steps and a sleep (django_pgjobs.durable(context))."""
+    import django_pgjobs
+
+    steps = django_pgjobs.durable(context)
+    first = steps.step("first", lambda: DURABLE_CALLS.append("first") or n + 1)
+    steps.sleep("nap", 3600)
+    second = steps.step("second", lambda: DURABLE_CALLS.append("second") or first * 2)
+    return [first, second]
