@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django_pgjobs.version import __version__
 
 __all__ = [
+    "ChunkItem",
     "JobContext",
     "JobStatus",
     "JobTimeout",
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from django_pgjobs.durable.events import emit_event
     from django_pgjobs.durable.signals import send_signal
     from django_pgjobs.exceptions import JobTimeout, NonDeterministic
+    from django_pgjobs.jobs.chunking import ChunkItem
     from django_pgjobs.jobs.context import JobContext
     from django_pgjobs.queues import pause_queue, resume_queue
     from django_pgjobs.states import JobStatus
@@ -90,6 +92,10 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs.durable.events import emit_event
 
         return emit_event
+    if name == "ChunkItem":
+        from django_pgjobs.jobs.chunking import ChunkItem
+
+        return ChunkItem
     if name in _WORKFLOW_NAMES:
         from django_pgjobs import workflows
 

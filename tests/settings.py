@@ -100,7 +100,7 @@ PGJOBS = {
     "JOB_MODULES": (
         []
         if os.environ.get("PGJOBS_TEST_OLD_WORKER")
-        else ["tests.flow_jobs", "tests.workflow_jobs", "tests.durable_jobs"]
+        else ["tests.flow_jobs", "tests.workflow_jobs", "tests.durable_jobs", "tests.chunk_jobs"]
     )
     + (
         ["tests.flow_keyed_jobs"]

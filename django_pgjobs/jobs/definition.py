@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.jobs.chunking import check_chunk, item_arguments
 from django_pgjobs.jobs.keys import (
     check_concurrency,
     check_fields_exist,
@@ -65,6 +66,8 @@ JOB_OPTIONS = frozenset(
         "concurrency_limit",
         "fair_key",
         "unique_while",
+        "chunk",
+        "chunk_wait",
     }
 )
 
@@ -93,6 +96,21 @@ class JobDefinition:
     unique_while: str | None = None  # "pending" | "active"
     # Fair shares (claim/fair.py): the key whose jobs share a queue's claims fairly.
     fair_key: str | Callable[..., Any] | None = None
+    #: Chunk handlers (chunking.py): at most this many jobs of the task per call
+    #: (None: one job per call), and how long the worker waits to fill a chunk.
+    chunk: int | None = None
+    chunk_wait: float = 0.0
+
+    @property
+    def checked_func(self) -> Callable[..., Any]:
+        """What an enqueue's arguments are checked against: the function, or for a
+        chunk handler (which takes the list of items) any one item's arguments."""
+        return item_arguments if self.chunk is not None else self.func
+
+    @property
+    def checked_takes_context(self) -> bool:
+        """Whether ``checked_func``'s first parameter is the context (never an item's)."""
+        return self.takes_context and self.chunk is None
 
     def effective_timeout(self, stored: float | None) -> float | None:
         """The limit of one run: the row's own (``.using(timeout=...)``), else the
@@ -155,6 +173,7 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
     concurrency_key, concurrency_limit = check_concurrency(
         options.get("concurrency_key"), options.get("concurrency_limit"), name
     )
+    chunk, chunk_wait = check_chunk(func, name, options)
     definition = JobDefinition(
         name=name,
         func=func,
@@ -174,6 +193,8 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         concurrency_limit=concurrency_limit,
         unique_while=check_unique_while(options.get("unique_while")),
         fair_key=check_key(options.get("fair_key"), "fair_key", name),
+        chunk=chunk,
+        chunk_wait=chunk_wait,
     )
     check_fields_exist(definition)
     return definition

@@ -87,16 +87,20 @@ def _checked_json(
     """The arguments checked against the signature, encoded, and checked against
     ``MAX_ARGS_BYTES``: what every enqueue path does before it writes a row."""
     check_arguments(
-        definition.func, definition.name, args, kwargs, takes_context=definition.takes_context
+        definition.checked_func,
+        definition.name,
+        args,
+        kwargs,
+        takes_context=definition.checked_takes_context,
     )
     args_text, kwargs_text = _json_text(args), _json_text(kwargs)
     check_size(
-        definition.func,
+        definition.checked_func,
         definition.name,
         args,
         kwargs,
         json_bytes(args_text) + json_bytes(kwargs_text),
-        takes_context=definition.takes_context,
+        takes_context=definition.checked_takes_context,
     )
     return args_text, kwargs_text
 

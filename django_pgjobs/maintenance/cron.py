@@ -191,7 +191,11 @@ def _from_job(definition: Any) -> Schedule:
     expression = normalise_expression(definition.cron, where)
     try:
         check_arguments(
-            definition.func, definition.name, [], {}, takes_context=definition.takes_context
+            definition.checked_func,
+            definition.name,
+            [],
+            {},
+            takes_context=definition.checked_takes_context,
         )
     except TypeError as exc:
         raise ScheduleError(
@@ -245,7 +249,11 @@ def _from_setting(name: Any, entry: Any) -> Schedule:
     kwargs = entry.get("kwargs", {})
     try:
         check_arguments(
-            definition.func, definition.name, args, kwargs, takes_context=definition.takes_context
+            definition.checked_func,
+            definition.name,
+            args,
+            kwargs,
+            takes_context=definition.checked_takes_context,
         )
         queue = check_queue(entry.get("queue", definition.queue))
         priority = check_priority(entry.get("priority", definition.priority))

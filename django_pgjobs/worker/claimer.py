@@ -34,6 +34,7 @@ from django_pgjobs.jobs.definition import row_timeout
 from django_pgjobs.support import tracing
 from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import outcomes
+from django_pgjobs.worker.chunks import ChunkBoard
 from django_pgjobs.worker.executor import make_context
 from django_pgjobs.worker.failure_kinds import CONNECTION_ERRORS, DATA_ERRORS, DB_ERRORS
 from django_pgjobs.worker.inflight import InFlight, InFlightTable
@@ -153,8 +154,13 @@ class Claimer:
     #: a claim slower than this (HEARTBEAT_INTERVAL) refreshes its rows' heartbeats
     late_after: float
     claimed_count: int = field(default=0, init=False)
+    #: the chunks open to more jobs (worker/chunks.py)
+    chunks: ChunkBoard = field(init=False)
     _wakeup: threading.Event = field(default_factory=threading.Event, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)  # stop claiming
+
+    def __post_init__(self) -> None:
+        self.chunks = ChunkBoard(self.table)
 
     def wake(self) -> None:
         """Something changed (a slot freed, an outcome written, a NOTIFY): look again.
@@ -164,6 +170,11 @@ class Claimer:
         change made before this call is seen either way)."""
         if not self._wakeup.is_set():
             self._wakeup.set()
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once the claim loop is told to stop (a chunk being filled stops too)."""
+        return self._stop
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -300,6 +311,7 @@ class Claimer:
     def dispatch(self, runs: JobRuns, claimed: list[Claimed]) -> None:
         """Enter the claimed jobs in the in-flight table, then hand them to the runners."""
         entries: list[InFlight] = []
+        definitions = []
         tracer = tracing.tracer()
         for c in claimed:
             definition = registry.find(c.task)
@@ -311,20 +323,23 @@ class Claimer:
                 and definition is not None
                 and definition.is_async
                 and not definition.atomic
+                and definition.chunk is None  # a chunk runs on a job thread
                 and not c.suspect  # a suspect's job thread waits for its own process
             )
             entry = InFlight(c, make_context(c, self.worker_id), is_async, timeout)
             entry.tracer = tracer
             entries.append(entry)
+            definitions.append(definition)
         self.size.claimed(entries)
-        self.table.add(entries)
+        # into the table; a chunked task's jobs grouped (riders take no slot)
+        runnable = self.chunks.dispatch(entries, definitions)
         if signals.jobs_claimed.receivers:
             signals.send(
                 signals.jobs_claimed,
                 jobs=[(c.id, c.task, c.queue) for c in claimed],
                 worker=self.worker_id,
             )
-        for entry in entries:
+        for entry in runnable:
             runs.submit(entry)
 
     # ------------------------------------------------------------------ shutdown

@@ -26,6 +26,7 @@ from django_pgjobs.db.job_outcome import encode_result, result_by_key
 from django_pgjobs.durable.control import Parked, RunFenced
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, TransactionLeftOpen, UnknownTask
 from django_pgjobs.jobs import registry
+from django_pgjobs.jobs.chunking import ChunkItem, result_of
 from django_pgjobs.jobs.context import JobContext
 from django_pgjobs.jobs.definition import JobDefinition
 from django_pgjobs.support import tracing
@@ -89,10 +90,11 @@ def exit_if_forked_child(failed: bool) -> None:
         os._exit(1 if failed else 0)
 
 
-def _call(
+def call_handler(
     definition: JobDefinition, context: JobContext, args: list[Any], kwargs: dict[str, Any]
 ) -> Any:
-    call_args = [context, *args] if definition.takes_context else args
+    # a chunk handler takes the list of items alone: each item carries its context
+    call_args = [context, *args] if definition.checked_takes_context else args
     _running.job = True
     failed = True
     try:
@@ -107,7 +109,7 @@ def _call(
         exit_if_forked_child(failed)
 
 
-def _failure(
+def failure(
     definition: JobDefinition | None,
     claimed: Claimed,
     exc: BaseException,
@@ -156,7 +158,7 @@ def retry_or_dead(
 Prepared = tuple[JobDefinition, list[Any], dict[str, Any], Mapping[str, Any] | None]
 
 
-def _prepare(
+def prepare(
     claimed: Claimed, worker: str | None, alias: str, started_at: float
 ) -> Outcome | Prepared:
     """Everything before the handler: the definition, the stored arguments, the
@@ -191,7 +193,7 @@ def _prepare(
         try:
             found, value = result_by_key(connections[alias], claimed.idempotency_key)
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
-            return _failure(definition, claimed, exc, worker, started_at=started_at)
+            return failure(definition, claimed, exc, worker, started_at=started_at)
         if found:
             return Outcome("completed", value=value, extra={"short_circuit": True})
     parents = None
@@ -203,11 +205,11 @@ def _prepare(
                 alias, claimed.id, args, lazy=not definition.is_async
             )
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
-            return _failure(definition, claimed, exc, worker, started_at=started_at)
+            return failure(definition, claimed, exc, worker, started_at=started_at)
     return definition, args, kwargs, parents
 
 
-def _finish(
+def finish(
     definition: JobDefinition,
     claimed: Claimed,
     value: Any,
@@ -222,7 +224,7 @@ def _finish(
         try:
             value = results.plain(value)
         except BaseException as exc:  # noqa: BLE001 - a database blip is this attempt's failure
-            return _failure(definition, claimed, exc, worker, started_at=started_at)
+            return failure(definition, claimed, exc, worker, started_at=started_at)
     try:
         _check_return(value, claimed.task)
         encoded = encode_result(value)
@@ -237,7 +239,7 @@ def _finish(
                 f"{type(exc).__name__}: {storable(lambda: str(failed))[:500]}"
             )
         )
-        return _failure(definition, claimed, bad, worker, started_at=started_at)
+        return failure(definition, claimed, bad, worker, started_at=started_at)
     return Outcome("completed", value=value, encoded=encoded)
 
 
@@ -254,7 +256,7 @@ def execute(
     # if the attempt fails (timezone.now() would be paid by every job)
     started_at = time.time()
     try:
-        prepared = _prepare(claimed, worker, alias, started_at)
+        prepared = prepare(claimed, worker, alias, started_at)
         if isinstance(prepared, Outcome):
             return prepared
         definition, args, kwargs, parents = prepared
@@ -266,17 +268,25 @@ def execute(
             return _execute_atomic(definition, claimed, context, worker, alias, started_at, args)
         try:
             with tracing.job_span(claimed, tracer):  # OpenTelemetry "<task> process" span
-                value = _call(definition, context, args, kwargs)
+                if definition.chunk is None:
+                    value = call_handler(definition, context, args, kwargs)
+                else:  # a chunk of one: a suspect run alone, or testing.run_jobs
+                    given = context if definition.takes_context else None
+                    item = ChunkItem(claimed.id, args, kwargs, given)
+                    value = call_handler(definition, context, [[item]], {})
+                    value = result_of(value, claimed.id, (claimed.id,), claimed.task)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt are job failures here
             if job_connection.left_open(alias):
                 job_connection.close(alias)
                 if isinstance(exc, Parked | RunFenced):
-                    exc = _left_open(claimed)
-            return _ended(exc) or _failure(definition, claimed, exc, worker, started_at=started_at)
+                    exc = left_open_error(claimed)
+            return _ended(exc) or failure(definition, claimed, exc, worker, started_at=started_at)
         if job_connection.left_open(alias):
             job_connection.close(alias)  # the server rolls back what it wrote since BEGIN
-            return _failure(definition, claimed, _left_open(claimed), worker, started_at=started_at)
-        return _finish(definition, claimed, value, worker, started_at)
+            return failure(
+                definition, claimed, left_open_error(claimed), worker, started_at=started_at
+            )
+        return finish(definition, claimed, value, worker, started_at)
     except BaseException as exc:  # noqa: BLE001 - last resort: never let a thread die
         return last_resort(claimed, exc, worker)
 
@@ -301,7 +311,7 @@ async def aexecute(
                 claimed, worker, alias, started_at
             )
             if claimed.idempotency_key is not None or claimed.has_parents
-            else _prepare(claimed, worker, alias, started_at)
+            else prepare(claimed, worker, alias, started_at)
         )
         if isinstance(prepared, Outcome):
             return prepared
@@ -320,13 +330,13 @@ async def aexecute(
         except BaseException as exc:  # noqa: BLE001
             exit_if_forked_child(True)
             if await job_connection.async_left_open(alias, epoch) and isinstance(exc, Parked):
-                exc = _left_open(claimed, shared=True)  # rolled back: not a clean park
-            return _ended(exc) or _failure(definition, claimed, exc, worker, started_at=started_at)
+                exc = left_open_error(claimed, shared=True)  # rolled back: not a clean park
+            return _ended(exc) or failure(definition, claimed, exc, worker, started_at=started_at)
         exit_if_forked_child(False)
         if await job_connection.async_left_open(alias, epoch):
-            left = _left_open(claimed, shared=True)
-            return _failure(definition, claimed, left, worker, started_at=started_at)
-        return _finish(definition, claimed, value, worker, started_at)
+            left = left_open_error(claimed, shared=True)
+            return failure(definition, claimed, left, worker, started_at=started_at)
+        return finish(definition, claimed, value, worker, started_at)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # noqa: BLE001
@@ -336,12 +346,12 @@ async def aexecute(
 def _prepare_off_loop(
     claimed: Claimed, worker: str | None, alias: str, started_at: float
 ) -> Outcome | Prepared:
-    """``_prepare`` for an async job, on a thread of the event loop's executor. No
+    """``prepare`` for an async job, on a thread of the event loop's executor. No
     request cycle ever ends there, so after a failure (a restart, a failover) the
     thread drops its connection if it is unusable, as Django does at a request's end;
     else every later keyed async job on that thread failed with "the connection is
     closed"."""
-    prepared = _prepare(claimed, worker, alias, started_at)
+    prepared = prepare(claimed, worker, alias, started_at)
     if isinstance(prepared, Outcome) and prepared.kind in ("retry", "dead"):
         with contextlib.suppress(Exception):  # the next failure tries again
             job_connection.tidy(alias)
@@ -358,7 +368,7 @@ def _ended(exc: BaseException) -> Outcome | None:
     return None
 
 
-def _left_open(claimed: Claimed, *, shared: bool = False) -> TransactionLeftOpen:
+def left_open_error(claimed: Claimed, *, shared: bool = False) -> TransactionLeftOpen:
     by = (
         "the async jobs' shared ORM connection was left in a transaction (a BEGIN "
         "without COMMIT, by this job or an async job running beside it)"
@@ -390,7 +400,7 @@ def timed_out(
         "its later writes are fenced)"
     )
     definition = registry.find(claimed.task)
-    outcome = _failure(definition, claimed, exc, worker, started_at=started_at or time.time())
+    outcome = failure(definition, claimed, exc, worker, started_at=started_at or time.time())
     outcome.extra["timed_out"] = True
     return outcome
 
@@ -444,7 +454,7 @@ def _execute_atomic(
         try:
             with transaction.atomic(using=alias):
                 with tracing.job_span(claimed):  # OpenTelemetry span (or a no-op)
-                    value = _call(definition, context, args, claimed.kwargs)
+                    value = call_handler(definition, context, args, claimed.kwargs)
                 if claimed.has_parents:  # what it was given may be in what it returns
                     value = results.plain(value)
                 _check_return(value, claimed.task)
@@ -485,4 +495,4 @@ def _atomic_failed(
                 "its transaction was rolled back"
             ),
         )
-    return _failure(definition, claimed, exc, worker, started_at=started_at)
+    return failure(definition, claimed, exc, worker, started_at=started_at)

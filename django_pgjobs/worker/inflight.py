@@ -63,6 +63,11 @@ class InFlight:
     handed: bool = False
     #: The OpenTelemetry tracer of its span (``tracing.tracer()``, asked once per claim).
     tracer: Any = field(default=tracing.LOOK_UP, repr=False)
+    #: A chunk's lead (worker/chunks.py): the chunk's entries, itself first. It takes
+    #: the job thread and the slot; the chunk's other entries ride along (``rider``),
+    #: in the table each (beaten, fenced, written) but taking no slot.
+    chunk: list[InFlight] | None = field(default=None, repr=False)
+    rider: bool = False
 
 
 class InFlightTable:
@@ -73,6 +78,7 @@ class InFlightTable:
         self._entries: dict[int, InFlight] = {}
         self._busy_sync = 0  # jobs queued on or running in the job threads
         self._busy_async = 0  # async jobs on the event loop
+        self._riding = 0  # queued or running riders of a chunk (no slot of their own)
         #: jobs whose outcome or release could not be written, left to the reaper
         self.unwritten = 0
         self._waiting_bytes = 0  # results' JSON on the completer's queue (characters)
@@ -90,7 +96,7 @@ class InFlightTable:
         """(thread slots taken, event-loop slots taken, outcomes waiting to be written)."""
         with self._lock:
             busy_sync, busy_async = self._busy_sync, self._busy_async
-            waiting = len(self._entries) - busy_sync - busy_async
+            waiting = len(self._entries) - busy_sync - busy_async - self._riding
         return busy_sync, busy_async, waiting
 
     @property
@@ -111,7 +117,9 @@ class InFlightTable:
         with self._lock:
             for entry in entries:
                 self._entries[entry.claimed.id] = entry
-                if entry.is_async:
+                if entry.rider:
+                    self._riding += 1
+                elif entry.is_async:
                     self._busy_async += 1
                 else:
                     self._busy_sync += 1
@@ -174,7 +182,9 @@ class InFlightTable:
 
     def _leave_slot(self, entry: InFlight) -> None:
         """Under the lock: ``entry`` no longer occupies a thread or loop slot."""
-        if entry.is_async:
+        if entry.rider:
+            self._riding -= 1
+        elif entry.is_async:
             self._busy_async -= 1
         else:
             self._busy_sync -= 1

@@ -40,6 +40,7 @@ from django_pgjobs.jobs import registry
 from django_pgjobs.maintenance.services import Service, default_services, maintenance_threads
 from django_pgjobs.queues import sync_queues_quietly
 from django_pgjobs.worker import connection_pool
+from django_pgjobs.worker.chunks import ChunkFill
 from django_pgjobs.worker.claimer import Claimer, ClaimSize
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.heartbeat import Heartbeat, WorkerRow, make_worker_id
@@ -211,6 +212,16 @@ class Worker:
             async_concurrency=self.async_concurrency,
             use_async=use_async,
         )
+        chunk_fill = ChunkFill(
+            board=self.claimer.chunks,
+            claimant=self.claimant,
+            submit=runs.submit,
+            worker_id=self.id,
+            alias=self.alias,
+            stopping=self.claimer.stopping,
+            enabled=self.claimer.max_jobs is None,  # --max-jobs counts every claim
+        )
+        runs.fill, runs.close_chunk = chunk_fill.fill, self.claimer.chunks.close
         self.watchdog = Watchdog(
             table=self.inflight,
             runs=runs,

@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 
 from django_pgjobs import signals
 from django_pgjobs.exceptions import CancelledOtherJobs
-from django_pgjobs.worker import executor, isolated, job_connection, outcomes
+from django_pgjobs.worker import chunk_call, executor, isolated, job_connection, outcomes
 from django_pgjobs.worker.async_runner import AsyncRunner
 from django_pgjobs.worker.inflight import RUNNING, TIMED_OUT, InFlight, InFlightTable
 from django_pgjobs.worker.loop_cancels import Verdict
@@ -54,6 +54,10 @@ class JobRuns:
     concurrency: int
     async_concurrency: int
     use_async: bool
+    #: fills a chunk before its call (set by the worker; None: a chunk runs as claimed)
+    fill: Callable[[InFlight], None] | None = None
+    #: closes a chunk to more jobs as its lead starts; its entries (the chunk board's)
+    close_chunk: Callable[[InFlight], list[InFlight]] | None = None
     threads: JobRunners[InFlight] = field(init=False)
     loop: AsyncRunner | None = field(init=False)
 
@@ -80,8 +84,9 @@ class JobRuns:
             self.loop.submit(entry.claimed.id, entry)
 
     def take_queued(self) -> list[InFlight]:
-        """Jobs waiting for a job thread, taken off its queue (shutdown)."""
-        return self.threads.take_queued()
+        """Jobs waiting for a job thread, taken off its queue (shutdown), with the
+        riders of the chunks among them."""
+        return [e for lead in self.threads.take_queued() for e in (lead.chunk or [lead])]
 
     def cancel(self, entry: InFlight) -> None:
         """Stop an async run (its task is cancelled); a sync run only sees its context."""
@@ -117,6 +122,9 @@ class JobRuns:
         return True
 
     def run_sync(self, entry: InFlight) -> None:
+        if entry.chunk is not None:
+            self.run_chunk(entry)
+            return
         try:
             if not self._start(entry):
                 return
@@ -139,6 +147,45 @@ class JobRuns:
             except BaseException:
                 logger.exception("could not clean up the job thread's connection")
         self._finished(entry, outcome)
+
+    def run_chunk(self, lead: InFlight) -> None:
+        """A chunk (worker/chunks.py), on the lead's job thread: filled, then its jobs
+        started together and run in one call; each job's outcome handed on."""
+        started: list[InFlight] = []
+        outcomes_: list[Outcome] = []
+        try:
+            if self.fill is not None:
+                try:
+                    self.fill(lead)
+                except Exception:  # the chunk runs with the jobs it has
+                    logger.exception("could not fill the chunk of job %s", lead.claimed.id)
+            chunk = self.close_chunk(lead) if self.close_chunk else list(lead.chunk or [lead])
+            if not self._start(lead):  # released at shutdown while it filled
+                self._give_back(chunk[1:])
+                return
+            started = [lead, *(e for e in chunk[1:] if self._start(e))]
+            outcomes_ = chunk_call.execute_chunk(
+                [(e.claimed, e.context) for e in started],
+                worker=self.worker_id,
+                alias=self.alias,
+                tracer=lead.tracer,
+            )
+        except BaseException as exc:  # noqa: BLE001 - execute_chunk() should not raise
+            outcomes_ = [executor.last_resort(e.claimed, exc, self.worker_id) for e in started]
+        finally:
+            try:
+                job_connection.tidy(self.alias)  # user code may have broken it
+            except BaseException:
+                logger.exception("could not clean up the job thread's connection")
+        for entry, outcome in zip(started, outcomes_, strict=True):
+            self._finished(entry, outcome)
+
+    def _give_back(self, entries: list[InFlight]) -> None:
+        """Riders whose lead was released before it started: given back uncharged."""
+        for entry in entries:
+            if self.table.give_back(entry):
+                self.hand_over(entry, Outcome("released"))
+        self.wake()
 
     async def run_async(self, entry: InFlight) -> None:
         if not self._start(entry):

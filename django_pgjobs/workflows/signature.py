@@ -58,12 +58,12 @@ class Signature:
         self.args_text = json_text(self.args) if self.args else "[]"
         self.kwargs_text = json_text(self.kwargs) if self.kwargs else "{}"
         check_size(
-            definition.func,
+            definition.checked_func,
             name,
             self.args,
             self.kwargs,
             json_bytes(self.args_text) + json_bytes(self.kwargs_text),
-            takes_context=definition.takes_context,
+            takes_context=definition.checked_takes_context,
         )
 
     @property
@@ -83,11 +83,11 @@ class Signature:
         extra = [None] if receives in ("first", "list") else []
         try:
             check_arguments(
-                self.definition.func,
+                self.definition.checked_func,
                 self.name,
                 [*extra, *self.args],
                 self.kwargs,
-                takes_context=self.definition.takes_context,
+                takes_context=self.definition.checked_takes_context,
             )
         except TypeError as exc:
             if not extra:
