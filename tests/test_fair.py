@@ -202,3 +202,30 @@ def test_the_fair_claim_reads_every_key_through_the_fair_index() -> None:
     assert '"Node Type": "Seq Scan"' not in text, text
     top = (json.loads(text) if isinstance(plan, str) else plan)[0]["Plan"]
     assert top["Total Cost"] < jit_above, top["Total Cost"]
+
+
+@db
+def test_a_limited_fair_queue_still_rotates_over_its_keys() -> None:
+    Queue.objects.create(name="fair", max_running=100)  # a limit: the limited claim
+    for tenant, count in (("a", 4), ("b", 2), ("c", 2)):
+        for i in range(count):
+            fair_jobs.tenant_job.enqueue(tenant, i)
+    order = tenants_in_claim_order(claimant(), 8)
+    assert order == ["tenant:a", "tenant:b", "tenant:c"] * 2 + ["tenant:a", "tenant:a"]
+
+
+@db
+def test_concurrency_keys_hold_in_a_fair_queue_and_the_rotation_goes_on() -> None:
+    from tests import flow_keyed_jobs
+
+    task = flow_keyed_jobs.limited_tenant_job
+    for tenant in "abc":
+        for i in range(3):
+            task.enqueue(tenant, i)
+    state = Claimant(["fair-limited"], [task.name], worker="w", refresh=0.0)
+    first = state.take(connection, 10)
+    # one job a tenant (limit 1 per concurrency key), in the rotation's order
+    assert [c.args[0] for c in first] == ["a", "b", "c"]
+    assert state.take(connection, 10) == []
+    Job.objects.filter(id=first[1].id).update(status="completed", finished_at=timezone.now())
+    assert [c.args[0] for c in state.take(connection, 10)] == ["b"]

@@ -27,6 +27,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.claim.fair import FairCursors, fair_queues, job_claim_fair
+from django_pgjobs.claim.fair_limited import job_claim_limited_fair
 from django_pgjobs.claim.front import ClaimFront
 from django_pgjobs.claim.limited import queue_limits
 from django_pgjobs.claim.plain import pending_queues
@@ -179,21 +180,29 @@ class Claimant:
         (None: every queue) and, when its claims filter by task, its tasks."""
         return self.queues, self._task_filter(self.keyed)
 
-    def _take_fair(
-        self, connection: BaseDatabaseWrapper, n: int, options: dict[str, Any]
-    ) -> list[Claimed]:
-        """The fair claims of the fair queues in this claim's scope (one statement per
-        queue, the first queue served in turn), up to ``n`` jobs in all."""
-        scope = options["queues"]
-        if scope is None:  # every queue: those the rows say are fair
-            fair = sorted(self._fair_rows)
-        else:
-            fair = [q for q in scope if q in self._fair_declared or q in self._fair_rows]
-        if not fair:
-            return []
+    def _fair_scope(self, scope: list[str] | None) -> list[str]:
+        """The fair queues among ``scope`` (None: every queue, those the rows say)."""
+        if scope is None:
+            return sorted(self._fair_rows)
+        return [q for q in scope if q in self._fair_declared or q in self._fair_rows]
+
+    def _in_turn(self, fair: list[str]) -> list[str]:
+        """``fair``, starting from the next one each claim (several fair queues take
+        turns at being served first)."""
         self._fair_turn = (self._fair_turn + 1) % len(fair)
+        return fair[self._fair_turn :] + fair[: self._fair_turn]
+
+    def _take_fair(
+        self,
+        connection: BaseDatabaseWrapper,
+        n: int,
+        fair: list[str],
+        tasks: tuple[str, ...] | None,
+    ) -> list[Claimed]:
+        """The fair claims of the fair queues ``fair`` (one statement per queue, the
+        first queue served in turn), up to ``n`` jobs in all."""
         claimed: list[Claimed] = []
-        for queue in fair[self._fair_turn :] + fair[: self._fair_turn]:
+        for queue in self._in_turn(fair):
             if len(claimed) >= n:
                 break
             rows, cursor = job_claim_fair(
@@ -202,7 +211,7 @@ class Claimant:
                 queue=queue,
                 n=n - len(claimed),
                 cursor=self.cursors.get(queue),
-                tasks=options["tasks"],
+                tasks=tasks,
             )
             self.cursors.set(queue, cursor)
             claimed += rows
@@ -240,8 +249,24 @@ class Claimant:
         options = self.claim_options(connection, since)
         # A limited claim ranks every pending job of its queues: no bound.
         bounded = front if not options["limited"] else None
-        claimed = [] if options["limited"] else self._take_fair(connection, n, options)
-        n_plain = n - len(claimed)
+        fair = self._fair_scope(options["queues"])
+        claimed: list[Claimed] = []
+        if options["limited"] and fair:
+            # The fair queues' limited claims, then the limited claim of the rest, in
+            # one transaction behind the flow lock: nothing is left to claim after.
+            claimed, cursors = job_claim_limited_fair(
+                connection,
+                worker=self.worker,
+                queues=options["queues"],
+                n=n,
+                tasks=options["tasks"],
+                fair=[(q, self.cursors.get(q)) for q in self._in_turn(fair)],
+            )
+            for queue, cursor in cursors.items():
+                self.cursors.set(queue, cursor)
+        elif fair:
+            claimed = self._take_fair(connection, n, fair, options["tasks"])
+        n_plain = 0 if options["limited"] and fair else n - len(claimed)
         # No plain claim when every queue of this worker is paused or none has pending
         # jobs, or when the fair claims filled the ask.
         if options["queues"] != [] and n_plain > 0:

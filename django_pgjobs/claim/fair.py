@@ -47,16 +47,14 @@ from django_pgjobs.states import JobStatus
 
 _PENDING_KEYED = f"status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL AND queue = %(queue)s"
 # A job of a task this worker knows (NULL: any task; deploy skew, see claimant.py).
-_KNOWN = (
-    "(%(tasks)s::text[] IS NULL OR array_position(%(tasks)s::text[], j.task::text) IS NOT NULL)"
-)
+KNOWN = "(%(tasks)s::text[] IS NULL OR array_position(%(tasks)s::text[], j.task::text) IS NOT NULL)"
 
 # ``after``: the keys from the cursor on (the cursor's own first: it may have turns
 # left); ``before``: from the first key up to the cursor (the wrap). Each step is one
 # descent of the fair index (no lock). Both are read lazily: the LIMIT of ``turn``
 # stops the walk once it has n keys with a due job. ``part`` and ``step`` are the
 # key's place in the rotation.
-_WALK = f"""after(key, step) AS (
+WALK = f"""after(key, step) AS (
     (SELECT fair_key, 0 FROM {JOB}
       WHERE {_PENDING_KEYED} AND fair_key >= %(cursor)s ORDER BY fair_key LIMIT 1)
     UNION ALL
@@ -73,12 +71,19 @@ _WALK = f"""after(key, step) AS (
       FROM before b WHERE b.key IS NOT NULL
 )"""
 
-# The keys of this claim: the first n + 1 of the rotation with a due job of a known
-# task (the cursor's key, first, may have used its turn), each with its weight (the
-# queue row's, 1 when not named), the jobs of its turn it took already (the cursor's
-# key: ``used``) and how many jobs its scan may take (its turns in a claim of n, at
-# most n). No lock.
-_TURN = f"""turn AS MATERIALIZED (
+# A key with a due job of a known task (one descent of its part of the index).
+DUE_KEY = f"""EXISTS (SELECT 1 FROM {JOB} j
+                        WHERE j.status = '{JobStatus.PENDING}' AND j.queue = %(queue)s
+                          AND j.fair_key = r.key AND j.run_at <= now() AND {KNOWN})"""
+
+
+def turn_cte(eligible: str) -> str:
+    """The CTE ``turn``, the keys of this claim: the first n + 1 of the rotation for
+    which ``eligible`` (a condition on ``r.key``) holds (the cursor's key, first, may
+    have used its turn), each with its weight (the queue row's, 1 when not named),
+    the jobs of its turn it took already (the cursor's key: ``used``) and how many
+    jobs its scan may take (its turns in a claim of n, at most n). No lock."""
+    return f"""turn AS MATERIALIZED (
     SELECT k.key, k.pos, k.w, k.used,
            LEAST(%(n)s, k.w * ceil(%(n)s::numeric / sum(k.w) OVER ())::int + k.used) AS cap
       FROM (
@@ -89,12 +94,11 @@ _TURN = f"""turn AS MATERIALIZED (
           FROM (SELECT key, step AS pos FROM after WHERE key IS NOT NULL
                 UNION ALL
                 SELECT key, 1000000000 + step FROM before WHERE key IS NOT NULL) AS r
-         WHERE EXISTS (SELECT 1 FROM {JOB} j
-                        WHERE j.status = '{JobStatus.PENDING}' AND j.queue = %(queue)s
-                          AND j.fair_key = r.key AND j.run_at <= now() AND {_KNOWN})
+         WHERE {eligible}
          LIMIT %(n)s + 1
       ) AS k
 )"""
+
 
 # Each key's first due jobs in claim order, locked as they are read (SKIP LOCKED: a
 # row another claim holds is passed over, and the scan goes on to the next), and
@@ -112,7 +116,7 @@ _PICK = f"""cand AS (
             SELECT j.id FROM {JOB} j
              WHERE j.status = '{JobStatus.PENDING}' AND j.queue = %(queue)s
                AND j.fair_key >= t.key AND j.fair_key <= t.key
-               AND j.run_at <= now() AND {_KNOWN}
+               AND j.run_at <= now() AND {KNOWN}
              ORDER BY j.fair_key, j.priority DESC, j.run_at, j.id
              LIMIT t.cap
                FOR UPDATE OF j SKIP LOCKED
@@ -128,8 +132,8 @@ _PICK = f"""cand AS (
 # The fair claim of one queue: the claimed rows (as the plain claim returns them),
 # each followed by its key, its place, its turn and how much of that turn it is.
 JOB_CLAIM_FAIR = f"""
-WITH RECURSIVE {_WALK},
-{_TURN},
+WITH RECURSIVE {WALK},
+{turn_cte(DUE_KEY)},
 {_PICK},
 claimed AS ({mark_running()})
 SELECT claimed.*, picked.key, picked.pos, picked.round, picked.in_turn

@@ -68,6 +68,23 @@ _FLOW_ALLOWANCE = f"""allowance AS MATERIALIZED (
      GROUP BY r.key
 )"""
 
+# The rate limit's sliding window, after a claim (the CTE ``claimed``).
+_RATE_LOGGED = f"""    -- the sliding window of the rate limit: this claim's starts, and the starts
+    -- of the last period. now() is the transaction's start, which can precede the
+    -- lock grant (and a claim that committed before): counting every entry newer
+    -- than now() - period, even "future" ones, keeps any window of one period at
+    -- most N; entries are kept one second longer than a period for such a claim.
+    UPDATE {QUEUE} q
+       SET rate_log = (SELECT COALESCE(jsonb_agg(w.at ORDER BY w.at), '[]'::jsonb) FROM (
+                           SELECT t.at::numeric AS at
+                             FROM jsonb_array_elements_text(q.rate_log) AS t(at)
+                            WHERE t.at::numeric > {_NOW_EPOCH} - {_RATE_PERIOD} - 1
+                           UNION ALL
+                           SELECT {_NOW_EPOCH} FROM generate_series(1, s.started)) AS w)
+      FROM (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) s
+     WHERE q.name = s.queue AND q.rate IS NOT NULL
+"""
+
 # Per allowed queue, the first due rows in claim-index order whose key (if any)
 # is below its limit: rows of a blocked key are skipped by the scan, so they never
 # stall the rows behind them. Over-fetches (%(scan)s rows) so that several rows of
@@ -109,22 +126,20 @@ _FLOW_PICK = f"""cand AS (
      WHERE j.status = '{JobStatus.PENDING}'
        FOR UPDATE OF j SKIP LOCKED
 ), claimed AS ({mark_running()}), logged AS (
-    -- the sliding window of the rate limit: this claim's starts, and the starts
-    -- of the last period. now() is the transaction's start, which can precede the
-    -- lock grant (and a claim that committed before): counting every entry newer
-    -- than now() - period, even "future" ones, keeps any window of one period at
-    -- most N; entries are kept one second longer than a period for such a claim.
-    UPDATE {QUEUE} q
-       SET rate_log = (SELECT COALESCE(jsonb_agg(w.at ORDER BY w.at), '[]'::jsonb) FROM (
-                           SELECT t.at::numeric AS at
-                             FROM jsonb_array_elements_text(q.rate_log) AS t(at)
-                            WHERE t.at::numeric > {_NOW_EPOCH} - {_RATE_PERIOD} - 1
-                           UNION ALL
-                           SELECT {_NOW_EPOCH} FROM generate_series(1, s.started)) AS w)
-      FROM (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) s
-     WHERE q.name = s.queue AND q.rate IS NOT NULL
-)
+{_RATE_LOGGED})
 SELECT * FROM claimed"""
+
+
+def allowance_ctes() -> str:
+    """The CTEs ``allowance`` and ``busy`` over the queues ``qs(name)``, for a limited
+    claim put together elsewhere (``fair_limited.py``)."""
+    return _FLOW_ALLOWANCE
+
+
+def rate_logged() -> str:
+    """The body of the CTE that logs a limited claim's starts for the rate limit."""
+    return _RATE_LOGGED
+
 
 # Limited claim from a list of queues (after FLOW_LOCK, same transaction).
 JOB_CLAIM_LIMITED_QUEUES = f"""

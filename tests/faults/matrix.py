@@ -209,8 +209,8 @@ class Scenario:
             # No live worker knows it: the sweeper dead-letters it once the worker has
             # been up for the (1 s) timeout.
             self.insert(UNKNOWN, priority=90, allowed=("dead",))
-        if setup in ("max_running", "rate"):
-            column, value = ("max_running", 3) if setup == "max_running" else ("rate", "100/s")
+        if setup in ("max_running", "rate", "fair_limited"):
+            column, value = ("rate", "100/s") if setup == "rate" else ("max_running", 3)
             self.db.execute(
                 f"INSERT INTO django_pgjobs_queue (name, {column}, updated_at)"
                 " VALUES ('default', %s, now())",
@@ -242,7 +242,7 @@ class Scenario:
                 CRASHER, priority=70, kwargs={"seconds": 0}, max_attempts=2, allowed=("dead",)
             )
             self.db.execute("UPDATE django_pgjobs_job SET suspect = true WHERE id = %s", [crasher])
-        if setup == "fair":
+        if setup in ("fair", "fair_limited"):
             # Two fair keys over the workload's pending jobs: the worker's claims of
             # their queue rotate between the keys.
             self.db.execute(

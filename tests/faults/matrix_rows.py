@@ -123,7 +123,7 @@ class Row:
     django6: bool = False  # the Tasks backend: Django >= 6.0 only
     linger: float = 0.0  # ambiguous: seconds between the commit and the error
     # flow workload: unknown | unknown_dead | max_running | rate | keyed | keyed_ghost
-    # | suspect_crash | fair | durable
+    # | suspect_crash | fair | fair_limited | durable
     setup: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
     # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
@@ -220,6 +220,12 @@ ROWS: tuple[Row, ...] = (
     # finds their queue among the fair ones and claims it with the fair claim.
     Row("worker: fair claim (jobs with fair keys)", "claim.JOB_CLAIM_FAIR", "worker", setup="fair"),
     Row("worker: read the fair queues", "claim.FAIR_QUEUES", "worker", setup="fair"),
+    Row(
+        "worker: limited fair claim (fair keys, max_running)",
+        "claim.JOB_CLAIM_LIMITED_FAIR",
+        "worker",
+        setup="fair_limited",
+    ),
     Row("worker: heartbeat", "db.JOB_HEARTBEAT", "worker"),
     # runjobs' start-up check (db/readiness.py): a failure is "cannot reach the
     # database", not fatal, so the worker starts and its loop retries.

@@ -342,6 +342,7 @@ def test_matrix_covers_every_statement(
         "claim.FLOW_LOCK",
         "claim.QUEUE_LIMITS",
         "claim.JOB_CLAIM_FAIR",
+        "claim.JOB_CLAIM_LIMITED_FAIR",
         "db.JOB_INSERT_FLOW",
         "db.JOB_INSERT_FLOW_DELAYED",
         "db.JOB_DEAD_UNKNOWN",
