@@ -24,9 +24,9 @@ from django_pgjobs.support import decoding
 from django_pgjobs.support.installed import require_installed
 
 require_installed("django_pgjobs.models")
-# Below the check: importing a model class of an app Django does not know fails with a
-# sentence that does not say to add the app.
-from django_pgjobs.durable.models import WAITING_INDEX, DurableColumns, JobStep  # noqa: E402,F401
+# Below the check: a model class of an app Django does not know fails with a vaguer error.
+from django_pgjobs.durable import models as durable  # noqa: E402
+from django_pgjobs.durable.models import JobStep  # noqa: E402,F401
 from django_pgjobs.durable.signal_models import JobEvent, JobSignal  # noqa: E402,F401
 
 
@@ -51,7 +51,7 @@ class StoredJSONField(models.JSONField):
         return name, "django.db.models.JSONField", args, kwargs
 
 
-class Job(DurableColumns, models.Model):
+class Job(models.Model):
     """One unit of work. Rows are the queue: pending rows are claimed by workers."""
 
     id = models.BigAutoField(primary_key=True)
@@ -109,6 +109,8 @@ class Job(DurableColumns, models.Model):
         editable=False,
         help_text="reclaimed from a lost worker: runs alone in a child process until a run ends normally",
     )
+    waiting_for = durable.waiting_for_field()  # durable jobs: what it waits for
+    wakes = durable.wakes_field()  # ... and a counter every wake bumps (durable/models.py)
 
     objects = JobManager()
 
@@ -159,7 +161,7 @@ class Job(DurableColumns, models.Model):
                 condition=Q(status=JobStatus.BLOCKED),
             ),
             FAIR_INDEX,
-            WAITING_INDEX,  # durable jobs parked between runs, by wake time
+            durable.WAITING_INDEX,  # durable jobs parked between runs, by wake time
         ]
         constraints = [
             # Partial: rows without a key stay out of the index (cheaper inserts).

@@ -8,6 +8,7 @@ Python or the page; the error history shows the newest ``MAX_ERRORS_KEPT`` entri
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
@@ -22,7 +23,9 @@ from django.utils.html import format_html, format_html_join
 from django_pgjobs.admin.job_list import LIST_DEFERRED, MAX_ID
 from django_pgjobs.admin.workflows import run_link
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.durable import NO_LIMIT as NO_LIMIT_SQL
 from django_pgjobs.db.reports import ERRORS_NEWEST, ERRORS_TOTAL
+from django_pgjobs.durable.models import JobStep
 from django_pgjobs.models import Job, JobResult, StoredJSONField
 from django_pgjobs.states import JobStatus
 from django_pgjobs.support import decoding
@@ -32,6 +35,11 @@ from django_pgjobs.support.decoding import Undecodable
 #: Characters of a JSON value (args, kwargs, result) or of an error text shown on
 #: the detail page; longer values are cut with a note saying how large they are.
 DETAIL_CHARS = 64 * 1024
+#: A durable job's steps listed on its page, and the characters of each result shown.
+STEPS_SHOWN = 100
+STEP_HEAD_CHARS = 200
+#: A wait without a time limit parks the job with run_at at this far date (db/durable.py).
+NO_LIMIT = datetime.fromisoformat(NO_LIMIT_SQL)
 
 
 def cut(value: Any, limit: int = DETAIL_CHARS) -> str:
@@ -105,6 +113,8 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
                 "classes": ("collapse",),
             },
         ),
+        # Durable jobs (durable/): what it waits for, and its recorded steps.
+        ("Durable", {"fields": ("waiting_for_display", "steps_table"), "classes": ("collapse",)}),
         ("Arguments", {"fields": ("args_pretty", "kwargs_pretty")}),
         ("Result", {"fields": ("result_pretty",)}),
         ("Errors", {"fields": ("last_error_full", "error_history")}),
@@ -134,11 +144,14 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         """A workflow node's page shows its "Workflow" section open: the link to its
-        run's graph is one click away."""
-        if obj is None or obj.workflow_id is None:
-            return self.fieldsets
+        run's graph is one click away; a waiting job's page its "Durable" section."""
+        opened = set()
+        if obj is not None and obj.workflow_id is not None:
+            opened.add("Workflow")
+        if obj is not None and obj.status == JobStatus.WAITING:
+            opened.add("Durable")
         return tuple(
-            (name, {**options, "classes": ()}) if name == "Workflow" else (name, options)
+            (name, {**options, "classes": ()}) if name in opened else (name, options)
             for name, options in self.fieldsets
         )
 
@@ -254,6 +267,69 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
             )
             + note
         )
+
+    @admin.display(description="waiting for")
+    def waiting_for_display(self, obj: Job) -> str:
+        if obj.status != JobStatus.WAITING:
+            return "—"
+        what = obj.waiting_for if isinstance(obj.waiting_for, dict) else {}
+        until = (
+            "no time limit"
+            if obj.run_at >= NO_LIMIT
+            else f"until {obj.run_at:%Y-%m-%d %H:%M:%S %Z}"
+        )
+        kind = cut(what.get("kind", "?"), 100)
+        name = cut(what.get("name", "?"), 300)
+        key = what.get("key")
+        return format_html(
+            "{} <code>{}</code>{} ({})",
+            kind,
+            name,
+            format_html(" key <code>{}</code>", cut(key, 300)) if key is not None else "",
+            until,
+        )
+
+    @admin.display(description="steps")
+    def steps_table(self, obj: Job) -> str:
+        rows = list(
+            JobStep.objects.using(get_settings().DATABASE)
+            .filter(job_id=obj.id)
+            .order_by("seq")
+            .annotate(head=Left(Cast("result", TextField()), STEP_HEAD_CHARS))
+            .values_list("seq", "name", "occurrence", "kind", "created_at", "head")[
+                : STEPS_SHOWN + 1
+            ]
+        )
+        if not rows:
+            return "no recorded steps"
+        more = (
+            format_html(
+                '<p class="pgjobs-truncated">only the first {} steps shown.</p>', STEPS_SHOWN
+            )
+            if len(rows) > STEPS_SHOWN
+            else ""
+        )
+        table = format_html(
+            "<table><tr><th>#</th><th>name</th><th>kind</th><th>recorded</th>"
+            "<th>result</th></tr>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td><code>{}</code>{}</td><td>{}</td><td>{}</td>"
+                "<td><code>{}</code></td></tr>",
+                (
+                    (
+                        seq,
+                        name,
+                        f" (call {occurrence + 1})" if occurrence else "",
+                        kind,
+                        f"{created:%Y-%m-%d %H:%M:%S}",
+                        "—" if head is None else cut(head, STEP_HEAD_CHARS),
+                    )
+                    for seq, name, occurrence, kind, created, head in rows[:STEPS_SHOWN]
+                ),
+            ),
+        )
+        return format_html("{}{}", table, more)
 
     @admin.display(description="waited in queue")
     def waited(self, obj: Job) -> str:

@@ -1,6 +1,6 @@
 """The durable job's tables: ``JobStep`` (one row per finished step, sleep, patch mark
 or consumed wait of a job) and the two columns a parked job needs on its own row
-(``DurableColumns``: what it waits for, and how often it was woken).
+(``waiting_for_field``, ``wakes_field``: what it waits for, how often it was woken).
 
 The job's row stays the one source of truth about its run; a step row is written by
 a statement that checks the run's lease against the job's row in the same
@@ -8,6 +8,8 @@ transaction (``durable/steps.py``), so a run that lost its lease records nothing
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -22,24 +24,22 @@ WAITING_INDEX = models.Index(
 )
 
 
-class DurableColumns(models.Model):
-    """The columns of ``Job`` that only durable jobs use (NULL / 0 for any other job).
-
-    ``waiting_for``: while the job is waiting, what it waits for
+def waiting_for_field() -> models.JSONField[Any]:
+    """``Job.waiting_for``: while the job is waiting, what it waits for
     (``{"kind": "sleep", "name": ...}``, ``{"kind": "signal", "name": ...}``,
-    ``{"kind": "event", "name": ..., "key": ...}``); the admin and ``jobs_status``
-    show it. ``wakes``: bumped by every statement that wakes the job or gives it
+    ``{"kind": "event", "name": ..., "key": ...}``), for the admin and ``jobs_status``;
+    NULL otherwise. Made by a call in ``Job``'s body, so the column comes after the
+    others (a field of an abstract parent would come first, before ``id``)."""
+    return models.JSONField(null=True, blank=True, editable=False)
+
+
+def wakes_field() -> models.BigIntegerField[int, int]:
+    """``Job.wakes``: bumped by every statement that wakes the job or gives it
     something to wait for (a signal, an event), in that statement's transaction. The
-    park is conditional on it (``JOB_PARK`` in ``durable/park_sql.py``): a wake that
-    commits between the run's last look and its park sends the job back to pending
-    instead of leaving it asleep.
-    """
-
-    waiting_for = models.JSONField(null=True, blank=True, editable=False)
-    wakes = models.BigIntegerField(db_default=0, editable=False)
-
-    class Meta:
-        abstract = True
+    park is conditional on it (``JOB_PARK`` of ``db/durable.py``): a wake that commits
+    between the run's last look and its park sends the job back to pending instead of
+    leaving it asleep."""
+    return models.BigIntegerField(db_default=0, editable=False)
 
 
 class JobStep(models.Model):
