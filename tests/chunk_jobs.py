@@ -89,6 +89,19 @@ def crashes(items: list[ChunkItem]) -> None:
         os._exit(9)
 
 
+@job(queue="chunks-slow", chunk=10, chunk_wait=0.3, max_attempts=1)
+def sleeps(items: list[ChunkItem]) -> None:
+    """Sleeps the longest of its items' arguments (seconds)."""
+    record("sleeps", items)
+    time.sleep(max(float(item.args[0]) for item in items))
+
+
+@job(chunk=10, chunk_wait=0.3)
+def fault_chunk(items: list[ChunkItem]) -> None:
+    """The fault matrix's chunk (setup="chunk", tests/faults/matrix.py): every job
+    completes; its lead's fill issues the chunk's claim."""
+
+
 @job(queue="chunks", chunk=5)
 async def async_sums(items: list[ChunkItem]) -> dict[int, int]:
     """An async chunk handler: each job's result is the sum of its arguments."""

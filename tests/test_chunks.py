@@ -173,6 +173,33 @@ def test_a_cancelled_job_inside_a_chunk_gets_no_completed_write() -> None:
     assert worker.counts["fenced"] == 1 and worker.counts["completed"] == 2
 
 
+def test_heartbeats_cover_every_job_of_a_chunk_running_past_stale_after() -> None:
+    # 3 s of call against STALE_AFTER = 2 s (tests/settings.py), the reaper running:
+    # a job of the chunk left unbeaten would be reclaimed from under it
+    jobs = [chunk_jobs.sleeps.enqueue(3) for _ in range(4)]
+    ids = [j.id for j in jobs]
+    worker = Worker(queues=["chunks-slow"], concurrency=2, burst=True, poll_interval=0.1)
+    assert run_burst_worker(worker, timeout=60) == 0
+    assert calls("sleeps") == [sorted(ids)]
+    for job in jobs:
+        row = Job.objects.get(id=job.id)
+        assert (row.status, row.attempts, row.errors, row.suspect) == ("completed", 1, [], False)
+    assert worker.counts["fenced"] == 0
+
+
+def test_the_jobs_timeout_applies_to_the_chunk_call() -> None:
+    jobs = [chunk_jobs.sleeps.using(timeout=0.5).enqueue(3) for _ in range(3)]
+    ids = [j.id for j in jobs]
+    worker = running_worker(lambda: set(statuses(ids).values()) == {"dead"}, queues=["chunks-slow"])
+    assert calls("sleeps") == [sorted(ids)]
+    for job in jobs:
+        row = Job.objects.get(id=job.id)
+        # each job of the call given up on once, charged once (max_attempts=1: dead)
+        assert [e["type"] for e in row.errors] == ["django_pgjobs.exceptions.JobTimeout"]
+        assert row.attempts == 1
+    assert worker.counts["timed_out"] == 3
+
+
 def test_an_async_chunk_handler_returns_each_jobs_result() -> None:
     jobs = [chunk_jobs.async_sums.enqueue(i, 10) for i in range(7)]
     worker = Worker(queues=["chunks"], concurrency=2, burst=True, maintenance=False)

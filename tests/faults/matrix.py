@@ -24,6 +24,7 @@ from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.faults.conftest import Workers, django_env
 from tests.faults.matrix_rows import (
     ATOMIC,
+    CHUNK,
     CRASHER,
     DURABLE,
     FINAL,
@@ -220,6 +221,10 @@ class Scenario:
             self.workflow_setup()
         if setup == "durable":
             self.insert(DURABLE, priority=55)
+        if setup == "chunk":
+            # First in line: one claimed by the worker's claim, two by its chunk's fill.
+            for _ in range(3):
+                self.insert(CHUNK, priority=70)
         if setup == "unanalysed":
             # The statistics pass analyses a table never analysed since its TRUNCATE;
             # autovacuum counts changes across TRUNCATEs (mod_since_analyze) and, once

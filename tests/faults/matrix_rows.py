@@ -13,6 +13,8 @@ ATOMIC = "tests.testapp.jobs.fault_atomic"
 UNKNOWN = "tests.faults.not_in_this_release"
 KEYED = "tests.flow_keyed_jobs.per_user"
 CRASHER = "tests.testapp.jobs.exits_nine"
+#: A chunked job (setup="chunk"): the worker fills its chunk with the chunk's claim.
+CHUNK = "tests.chunk_jobs.fault_chunk"
 #: A durable job: a step, a half-second sleep, a step (setup="durable").
 DURABLE = "tests.durable_jobs.fault_durable"
 #: An async job that cancels every task of its worker's loop, and its neighbour.
@@ -123,7 +125,7 @@ class Row:
     django6: bool = False  # the Tasks backend: Django >= 6.0 only
     linger: float = 0.0  # ambiguous: seconds between the commit and the error
     # flow workload: unknown | unknown_dead | max_running | rate | keyed | keyed_ghost
-    # | suspect_crash | fair | fair_limited | durable
+    # | suspect_crash | fair | fair_limited | durable | chunk
     setup: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
     # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
@@ -215,6 +217,17 @@ ROWS: tuple[Row, ...] = (
         setup="rate",
     ),
     Row("worker: limited claim's advisory lock", "claim.FLOW_LOCK", "worker", setup="max_running"),
+    # Chunk handlers (worker/chunks.py): a worker of one thread claims the first job
+    # of a chunked task alone, then fills its chunk on the job thread with the
+    # one-queue known-task claim restricted to the task (claim/chunk.py); a lost reply
+    # leaves jobs claimed that the worker never heard of, reclaimed by the reaper.
+    Row(
+        "worker: fill a chunk (the task's due jobs)",
+        "claim.JOB_CLAIM_ONE_QUEUE_KNOWN",
+        "worker",
+        args=("--concurrency", "1"),
+        setup="chunk",
+    ),
     Row("worker: read the queue limits", "claim.QUEUE_LIMITS", "worker", setup="max_running"),
     # Fair shares (claim/fair.py): the workload's jobs have fair keys, so the worker
     # finds their queue among the fair ones and claims it with the fair claim.
