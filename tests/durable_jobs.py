@@ -153,3 +153,10 @@ def writes_elsewhere(context: JobContext, name: str) -> None:
     with context.atomic_step("grant"):
         Group.objects.create(name=f"{name}-default")
         Group.objects.using("other").create(name=f"{name}-other")
+
+
+@job(takes_context=True, queue="durable", atomic=True)
+def atomic_sleeper(context: JobContext) -> None:
+    """A sleep inside a whole-job transaction: refused clearly."""
+    context.step("a", call, "a", 1)
+    context.sleep("nap", 60)

@@ -13,6 +13,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
+from django_pgjobs import chain
 from django_pgjobs.models import Job, JobStep, Queue
 from django_pgjobs.testing import run_jobs
 from tests import durable_jobs, flow_keyed_jobs
@@ -159,3 +160,34 @@ def test_a_waiting_job_frees_its_concurrency_key() -> None:
     assert ran == {first.id: "waiting", second.id: "completed"}
     [woke] = run_jobs(advance=timedelta(hours=1))
     assert (woke.id, woke.status, woke.value) == (first.id, "completed", "woke")
+
+
+def test_a_waiting_workflow_node_keeps_its_dependents_blocked_until_it_completes() -> None:
+    run = chain(durable_jobs.three_steps.s(1), durable_jobs.many_steps.si(1)).enqueue()
+    sleeper, after = run.jobs
+    assert {r.id: r.status for r in run_jobs()} == {sleeper.id: "waiting"}
+    assert Job.objects.get(id=after.id).status == "blocked"
+    ran = {r.id: r.status for r in run_jobs(advance=timedelta(hours=1))}
+    assert ran == {sleeper.id: "completed", after.id: "completed"}
+
+
+def test_cancelling_a_workflow_cancels_its_waiting_nodes() -> None:
+    run = chain(durable_jobs.three_steps.s(1), durable_jobs.many_steps.si(1)).enqueue()
+    sleeper, after = run.jobs
+    run_jobs()
+    assert run.cancel() == 2
+    assert {j.id: j.status for j in Job.objects.filter(id__in=[sleeper.id, after.id])} == {
+        sleeper.id: "cancelled",
+        after.id: "cancelled",
+    }
+    assert run_jobs(advance=timedelta(hours=1)) == []
+
+
+def test_a_sleep_in_an_atomic_job_is_dead_with_a_clear_error_and_records_nothing() -> None:
+    job = durable_jobs.atomic_sleeper.enqueue()
+    [ran] = run_jobs()
+    assert ran.status == "dead"
+    assert ran.error is not None
+    assert ran.error["type"] == "django_pgjobs.durable.control.ParkedInAtomicJob"
+    assert "atomic_step" in ran.error["message"]
+    assert _steps(job.id) == []  # rolled back with the job's one transaction

@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django_pgjobs.exceptions import PgJobsError
+
 
 class Parked(BaseException):
     """The run ends here and the job waits.
@@ -39,3 +41,23 @@ class Parked(BaseException):
 class RunFenced(BaseException):
     """A step's record found the job no longer held by this run's lease (reclaimed,
     cancelled or retried elsewhere): nothing was recorded, and the run stops."""
+
+
+class ParkedInAtomicJob(PgJobsError):
+    """A sleep or a wait in an ``@job(atomic=True)`` job: the job is one transaction,
+    which cannot end at the park and resume later (what it recorded rolled back with
+    it). Never retried on its own: every run would do the same. Use atomic steps
+    (``context.atomic_step``) in a plain job instead."""
+
+    _pgjobs_no_retry = True  # executor.NO_RETRY, on the class
+
+
+def unparkable(exc: BaseException) -> BaseException:
+    """What an atomic job's failure records: ``ParkedInAtomicJob`` for a park, else
+    ``exc`` itself."""
+    if isinstance(exc, Parked):
+        return ParkedInAtomicJob(
+            f"{exc} inside an @job(atomic=True) job, whose one transaction cannot end here "
+            "and resume later; use context.atomic_step blocks in a job without atomic=True"
+        )
+    return exc

@@ -23,7 +23,7 @@ from django.db import connections, transaction
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.job_outcome import encode_result, result_by_key
-from django_pgjobs.durable.control import Parked, RunFenced
+from django_pgjobs.durable.control import Parked, RunFenced, unparkable
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, TransactionLeftOpen, UnknownTask
 from django_pgjobs.jobs import registry
 from django_pgjobs.jobs.chunking import ChunkItem, result_of
@@ -487,7 +487,7 @@ def _atomic_failed(
     worker: str | None,
     started_at: float,
 ) -> Outcome:
-    if isinstance(exc, _Fenced):
+    if isinstance(exc, _Fenced | RunFenced):
         return Outcome(
             "fenced",
             exception=LeaseLost(
@@ -495,4 +495,4 @@ def _atomic_failed(
                 "its transaction was rolled back"
             ),
         )
-    return failure(definition, claimed, exc, worker, started_at=started_at)
+    return failure(definition, claimed, unparkable(exc), worker, started_at=started_at)
