@@ -229,3 +229,44 @@ def test_concurrency_keys_hold_in_a_fair_queue_and_the_rotation_goes_on() -> Non
     assert state.take(connection, 10) == []
     Job.objects.filter(id=first[1].id).update(status="completed", finished_at=timezone.now())
     assert [c.args[0] for c in state.take(connection, 10)] == ["b"]
+
+
+@db
+def test_the_job_list_filters_by_fair_key(admin_client: Any) -> None:
+    a = [fair_jobs.tenant_job.enqueue("a", i).id for i in range(2)]
+    b = fair_jobs.tenant_job.enqueue("b", 0).id
+    fair_jobs.unkeyed.enqueue(1)  # the shared key "": no choice of its own
+    page = admin_client.get("/admin/django_pgjobs/job/")
+    assert page.status_code == 200
+    assert b"?fair_key=tenant%3Aa" in page.content and b"?fair_key=tenant%3Ab" in page.content
+    filtered = admin_client.get("/admin/django_pgjobs/job/?fair_key=tenant:a")
+    assert sorted(j.id for j in filtered.context["cl"].result_list) == a
+    assert b not in [j.id for j in filtered.context["cl"].result_list]
+
+
+@db
+def test_the_queue_admin_edits_weights_and_refuses_bad_ones(admin_client: Any) -> None:
+    url = "/admin/django_pgjobs/queue/add/"
+    fields = {"name": "fair", "rate": "", "max_running": ""}
+    bad = admin_client.post(url, {**fields, "weights": '{"tenant:a": 0}'})
+    assert bad.status_code == 200 and b"must be from 1 to 1000" in bad.content
+    assert not Queue.objects.filter(name="fair").exists()
+    good = admin_client.post(url, {**fields, "weights": '{"tenant:a": 3}'})
+    assert good.status_code == 302
+    assert Queue.objects.get(name="fair").weights == {"tenant:a": 3}
+
+
+@db
+def test_weights_in_the_setting_are_written_to_the_queue_row_and_checked(settings: Any) -> None:
+    from django_pgjobs.checks import check_queues
+    from django_pgjobs.queues import sync_queues
+
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUES": {"fair": {"weights": {"tenant:a": 3}}}}
+    assert check_queues() == []
+    sync_queues()
+    assert Queue.objects.get(name="fair").weights == {"tenant:a": 3}
+    # a job of another task in that queue takes its turn under the key ""
+    assert fair_jobs.unkeyed.using(queue="fair").enqueue(1).fair_key == ""
+    settings.PGJOBS = {**settings.PGJOBS, "QUEUES": {"fair": {"weights": {"tenant:a": 1.5}}}}
+    errors = check_queues()
+    assert errors and "['weights']['tenant:a'] must be a whole number" in errors[0].msg

@@ -176,6 +176,19 @@ class TaskFilter(_ExactValueFilter):
         return {d.name for d in registry.all_definitions()}
 
 
+class FairKeyFilter(_ExactValueFilter):
+    """Fair keys of pending jobs (the fair index, a few hundred at most)."""
+
+    title = "fair key"
+    parameter_name = "fair_key"
+    field = "fair_key"
+
+    def choices_from(self, request: HttpRequest) -> Iterable[str]:
+        # not "": the shared key of other tasks' jobs in a fair queue has no link
+        keys = overview_queries.pending_fair_keys(connections[get_settings().DATABASE])
+        return [k for k in keys if k]
+
+
 def newest_floor(queryset: QuerySet[Job], n: int) -> int | None:
     """The id of the ``n``-th newest job of ``queryset`` (``None``: it holds fewer).
 
@@ -259,7 +272,7 @@ class JobList(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stu
         "last_error_line",
     )
     list_display_links = ("id",)
-    list_filter = (AttentionFilter, "status", QueueFilter, TaskFilter)
+    list_filter = (AttentionFilter, "status", QueueFilter, TaskFilter, FairKeyFilter)
     search_fields = ("id", "task", "idempotency_key")
     search_help_text = (
         "A job id, an exact idempotency key, or the exact name of a task this site or a "
@@ -298,14 +311,14 @@ class JobList(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stu
         table. The key is probed first on its unique index; only when no job has
         that key is the term taken as a task name (read newest first by id).
 
-        The task and queue filters' conditions are applied here as well, after every
-        other filter: a task or queue condition (neither column has an index over
-        finished rows) is looked for in the newest ``SEARCH_WINDOW`` jobs of the list
+        The task, queue and fair key filters' conditions are applied here as well,
+        after every other filter: a task, queue or fair key condition (no column has an
+        index over finished rows) is looked for in the newest ``SEARCH_WINDOW`` jobs of the list
         (module docstring); a job id or an idempotency key needs no window.
         """
         conditions = [
             Q(**{spec.field: value})
-            for spec in (TaskFilter, QueueFilter)
+            for spec in (TaskFilter, QueueFilter, FairKeyFilter)
             if (value := request.GET.get(spec.parameter_name))
         ]
         narrowed = False  # to a job id or an idempotency key: their indexes, no window

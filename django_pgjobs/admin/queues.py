@@ -1,4 +1,5 @@
-"""Admin for queues as rows: pause/resume, ``max_running`` and ``rate`` at runtime.
+"""Admin for queues as rows: pause/resume, ``max_running``, ``rate`` and the weights of
+fair keys at runtime.
 
 Every save and action wakes the workers (NOTIFY) so they re-read the limits at
 once instead of at their next ``POLL_INTERVAL``.
@@ -16,6 +17,7 @@ from django.http import HttpRequest
 from django_pgjobs import queues
 from django_pgjobs.admin.lookups import RefusesNulLookups
 from django_pgjobs.conf import get_settings
+from django_pgjobs.jobs.fair_schema import weights_problems
 from django_pgjobs.models import Job, Queue
 from django_pgjobs.states import JobStatus
 
@@ -23,7 +25,7 @@ from django_pgjobs.states import JobStatus
 class QueueForm(forms.ModelForm):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     class Meta:
         model = Queue
-        fields = ("name", "paused", "max_running", "rate")
+        fields = ("name", "paused", "max_running", "rate", "weights")
 
     def clean_rate(self) -> str | None:
         value = self.cleaned_data.get("rate") or None
@@ -32,6 +34,13 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]  # generic in the st
                 queues.parse_rate(value)
             except ValueError as exc:
                 raise forms.ValidationError(str(exc)) from None
+        return value
+
+    def clean_weights(self) -> dict[str, int] | None:
+        value = self.cleaned_data.get("weights") or None
+        problems = weights_problems(value)
+        if problems:
+            raise forms.ValidationError("; ".join(problems))
         return value
 
 

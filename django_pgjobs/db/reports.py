@@ -103,6 +103,24 @@ SELECT DISTINCT queue FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
 LIMIT 1000
 """
 
+# The fair keys of pending jobs, for the job list's filter: a loose index scan of the
+# fair index over (queue, fair_key), one descent per pair, at most 200 pairs. Empty
+# (one descent) when no job has a fair key. No locks.
+PENDING_FAIR_KEYS = f"""
+WITH RECURSIVE fk(queue, key) AS (
+    (SELECT queue, fair_key FROM {JOB}
+      WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
+      ORDER BY queue, fair_key LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.fair_key FROM fk CROSS JOIN LATERAL (
+        SELECT queue, fair_key FROM {JOB}
+         WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
+           AND (queue, fair_key) > (fk.queue, fk.key)
+         ORDER BY queue, fair_key LIMIT 1) AS n
+)
+SELECT DISTINCT key FROM (SELECT key FROM fk LIMIT 200) AS first_keys
+"""
+
 # The overview's charts (health/activity.py: why lag is computed this way).
 # Finished jobs per minute and status since WINDOW_START: the minute rollup plus the
 # live tail (db/rollup.py). No locks.

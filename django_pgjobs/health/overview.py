@@ -37,6 +37,7 @@ from django_pgjobs.db.durable import STATUS_WAITING
 from django_pgjobs.db.reports import (
     ACTIVE_QUEUES,
     INDEX_SIZE,
+    PENDING_FAIR_KEYS,
     STATUS_ACTIVE,
     STATUS_DEAD_RECENT,
     STATUS_FINISHED,
@@ -278,6 +279,11 @@ def estimated_rows(connection: BaseDatabaseWrapper) -> int | None:
 def relation_size(connection: BaseDatabaseWrapper, name: str) -> int:
     """Bytes on disk of one table or index (e.g. the claim index), main fork only."""
     return int(_rows(connection, INDEX_SIZE, {"index": name})[0][0])
+
+
+def pending_fair_keys(connection: BaseDatabaseWrapper) -> list[str]:
+    """Fair keys of pending jobs (for filter choices; at most 200 queue and key pairs)."""
+    return sorted(r[0] for r in _rows(connection, PENDING_FAIR_KEYS))
 
 
 def active_queues(connection: BaseDatabaseWrapper) -> list[str]:

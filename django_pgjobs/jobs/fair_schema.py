@@ -1,6 +1,7 @@
 """The columns of fair shares: a job's fair key and the index the fair claim reads
 (``claim/fair.py``), a queue's weights, and the check of a weights mapping (the
-setting's and the admin's).
+setting's and the admin's form's; not a field validator, which a migration would
+import).
 
 The index is partial on keyed pending jobs: a project that never sets a fair key
 keeps it empty, so its enqueues and claims pay nothing for it.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -56,14 +56,6 @@ def weights_problems(value: Any, where: str = "weights") -> list[str]:
         elif not 1 <= weight <= MAX_WEIGHT:
             problems.append(f"{where}[{key!r}] must be from 1 to {MAX_WEIGHT}, got {weight}")
     return problems
-
-
-def validate_weights(value: Any) -> None:
-    """The admin's check of a queue's weights (not a field validator: a migration
-    would then import this module)."""
-    problems = weights_problems(value)
-    if problems:
-        raise ValidationError("; ".join(problems))
 
 
 def weights_field() -> models.JSONField[Any, Any]:
