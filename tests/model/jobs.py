@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from django_pgjobs import JobContext, job
+from django_pgjobs import ChunkItem, JobContext, job
 from tests.model import records
 
 PLAIN, KEYED, CAPPED, ASYNC = "model", "model-keyed", "model-capped", "model-async"
@@ -52,6 +52,18 @@ def keyed(context: JobContext, tag: int, seconds: float, key: str) -> int:
 def capped(context: JobContext, tag: int, seconds: float) -> int:
     _run(context, "capped", "capped", seconds)
     return tag
+
+
+@job(queue=PLAIN, takes_context=True, chunk=3, chunk_wait=0.2, max_attempts=ATTEMPTS)
+def chunk(items: list[ChunkItem]) -> dict[int, int]:
+    """A chunk handler: one call for up to three jobs, each recorded as a run of its
+    own (its own context), the call as long as its longest item; each job's result
+    is its tag."""
+    runs = [records.start(item.context, "chunk", None) for item in items]
+    time.sleep(max(float(item.args[1]) for item in items))
+    for run in runs:
+        records.end(run, True)
+    return {item.job_id: item.args[0] for item in items}
 
 
 @job(queue=PLAIN, takes_context=True, unique_while="active", max_attempts=ATTEMPTS)

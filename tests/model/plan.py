@@ -162,6 +162,23 @@ def _with_hostile(seed: int, plan: list[Op]) -> list[Op]:
     return [*plan[:at], hostile, *plan[at:]]
 
 
+#: The chunk handler's kind: one enqueue of it per scenario, drawn apart like the
+#: hostile one (``_with_chunk``).
+CHUNK = "chunk"
+
+
+def _with_chunk(seed: int, plan: list[Op]) -> list[Op]:
+    """Jobs of a chunk handler, enqueued together at a place of their own generator's
+    choosing, half the time with a timeout the call runs past."""
+    rng = random.Random(f"{CHUNK}:{seed}")
+    args: dict[str, Any] = {"kind": CHUNK, "count": rng.choice((3, 4, 5))}
+    args["seconds"] = rng.choice((0.3, 0.8, 1.5))
+    if rng.random() < 0.5:
+        args.update(timeout=1.0, seconds=2.5)
+    at = rng.randrange(len(plan) + 1)
+    return [*plan[:at], Op("enqueue", args), *plan[at:]]
+
+
 def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) -> list[Op]:
     """The steps of a scenario. ``broken``: the known-broken ops to mix in anyway
     (the xfail tests); the others stay out while they are in KNOWN_BROKEN."""
@@ -202,7 +219,7 @@ def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) ->
             plan.append(Op(name, {}))
         else:
             plan.append(Op("wait", {"seconds": rng.choice((0.2, 0.5, 1.0, 2.0))}))
-    plan = _with_hostile(seed, plan)
+    plan = _with_chunk(seed, _with_hostile(seed, plan))
     # Each known-broken op asked for comes first, beside innocent jobs claimed with it
     # (two attempts each, as in the issue's findings, so a scenario shows it quickly).
     prelude: list[Op] = []

@@ -49,6 +49,7 @@ FUNCTIONS: dict[str, Any] = {
     "gil": jobs.gil,
     "loop": jobs.aloop,
     "cancelall": jobs.acancel,
+    "chunk": jobs.chunk,
 }
 
 
