@@ -270,3 +270,28 @@ def test_weights_in_the_setting_are_written_to_the_queue_row_and_checked(setting
     settings.PGJOBS = {**settings.PGJOBS, "QUEUES": {"fair": {"weights": {"tenant:a": 1.5}}}}
     errors = check_queues()
     assert errors and "['weights']['tenant:a'] must be a whole number" in errors[0].msg
+
+
+@db
+def test_the_fair_wait_gauge_counts_keys_waiting_with_none_running() -> None:
+    from django_pgjobs.health import overview
+    from django_pgjobs.health.metrics import QueueCollector
+    from django_pgjobs.health.queue_stats import QueueStatsRefresher
+
+    assert overview.fair_waits(connection) == {}
+    past = timezone.now() - timedelta(seconds=30)
+    busy = fair_jobs.tenant_job.using(run_at=past).enqueue("busy", 0)
+    fair_jobs.tenant_job.using(run_at=past).enqueue("busy", 1)
+    Job.objects.filter(id=busy.id).update(status="running", heartbeat_at=timezone.now())
+    assert overview.fair_waits(connection) == {}  # its key is being served
+    fair_jobs.tenant_job.using(run_at=timezone.now() - timedelta(seconds=12)).enqueue("idle", 0)
+    waits = overview.fair_waits(connection)
+    assert set(waits) == {"fair"} and 11 < waits["fair"] < 60
+    collector = QueueCollector()
+    refresher = QueueStatsRefresher(collector, alias="default", interval=60)
+    assert refresher.refresh_once()
+    families = {m.name: m for m in collector.collect()}
+    values = {
+        s.labels["queue"]: s.value for s in families["pgjobs_queue_fair_wait_seconds"].samples
+    }
+    assert values["fair"] == pytest.approx(waits["fair"], abs=5)

@@ -121,6 +121,39 @@ WITH RECURSIVE fk(queue, key) AS (
 SELECT DISTINCT key FROM (SELECT key FROM fk LIMIT 200) AS first_keys
 """
 
+# Fair shares, per queue: among the fair keys with a due job and none running, the
+# longest any has waited (the age of its next job's run_at, in claim order). A key
+# being served has a running job, so a large backlog served in turn does not count;
+# a key passed over does. Every (queue, key) pair of pending jobs by a loose index
+# scan of the fair index (at most 10,000), one descent each for its next due job;
+# the running keys through the running index (jobs in flight only). No locks.
+FAIR_WAIT = f"""
+WITH RECURSIVE fk(queue, key) AS (
+    (SELECT queue, fair_key FROM {JOB}
+      WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
+      ORDER BY queue, fair_key LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.fair_key FROM fk CROSS JOIN LATERAL (
+        SELECT queue, fair_key FROM {JOB}
+         WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
+           AND (queue, fair_key) > (fk.queue, fk.key)
+         ORDER BY queue, fair_key LIMIT 1) AS n
+), served AS MATERIALIZED (
+    SELECT DISTINCT queue, fair_key FROM {JOB}
+     WHERE status = '{JobStatus.RUNNING}' AND fair_key IS NOT NULL
+)
+SELECT k.queue, extract(epoch FROM now() - min(h.run_at))::float8
+  FROM (SELECT queue, key FROM fk LIMIT 10000) AS k
+  CROSS JOIN LATERAL (
+    SELECT j.run_at FROM {JOB} j
+     WHERE j.status = '{JobStatus.PENDING}' AND j.queue = k.queue
+       AND j.fair_key >= k.key AND j.fair_key <= k.key AND j.run_at <= now()
+     ORDER BY j.fair_key, j.priority DESC, j.run_at, j.id
+     LIMIT 1) AS h
+ WHERE NOT EXISTS (SELECT 1 FROM served s WHERE s.queue = k.queue AND s.fair_key = k.key)
+ GROUP BY k.queue
+"""
+
 # The overview's charts (health/activity.py: why lag is computed this way).
 # Finished jobs per minute and status since WINDOW_START: the minute rollup plus the
 # live tail (db/rollup.py). No locks.

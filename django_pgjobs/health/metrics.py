@@ -82,7 +82,8 @@ OTHER = "other"
 
 
 class QueueCollector:
-    """``pgjobs_queue_jobs`` and ``pgjobs_queue_lag_seconds`` from the last snapshot,
+    """``pgjobs_queue_jobs``, ``pgjobs_queue_lag_seconds`` and
+    ``pgjobs_queue_fair_wait_seconds`` from the last snapshot,
     and the ``queue`` label every metric of the process uses.
 
     A custom collector rather than labelled Gauges: a snapshot replaces the last
@@ -90,7 +91,7 @@ class QueueCollector:
     bounded: only the ``kept`` queues (configured, or with a row in the queue table,
     see ``QueueStatsRefresher``) have their own label, always reported (at zero when
     empty); every other queue is folded into ``queue="other"`` (counts summed, lag
-    the largest). ``kept=None`` (the default, for code that builds its own metrics)
+    and fair wait the largest). ``kept=None`` (the default, for code that builds its own metrics)
     folds nothing.
     """
 
@@ -127,6 +128,7 @@ class QueueCollector:
                 for state in QUEUE_STATES:
                     setattr(into, state, getattr(into, state) + getattr(s, state))
                 into.lag = max(into.lag, s.lag)
+                into.fair_wait = max(into.fair_wait, s.fair_wait)
             self._samples = fresh
 
     def samples(self) -> list[QueueSample]:
@@ -154,11 +156,18 @@ class QueueCollector:
             "Age of the oldest due pending job per queue (0 when nothing is due).",
             labels=["queue"],
         )
+        fair = GaugeMetricFamily(
+            "pgjobs_queue_fair_wait_seconds",
+            "Fair shares: the longest a fair key with a due job and none running has "
+            "waited for its turn, per queue (0 without fair keys).",
+            labels=["queue"],
+        )
         for s in samples:
             for state in QUEUE_STATES:
                 jobs.add_metric([s.queue, state], getattr(s, state))
             lag.add_metric([s.queue], s.lag)
-        return [jobs, lag]
+            fair.add_metric([s.queue], s.fair_wait)
+        return [jobs, lag, fair]
 
 
 class WorkerMetrics:

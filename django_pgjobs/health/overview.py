@@ -36,6 +36,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_pgjobs.db.durable import STATUS_WAITING
 from django_pgjobs.db.reports import (
     ACTIVE_QUEUES,
+    FAIR_WAIT,
     INDEX_SIZE,
     PENDING_FAIR_KEYS,
     STATUS_ACTIVE,
@@ -279,6 +280,12 @@ def estimated_rows(connection: BaseDatabaseWrapper) -> int | None:
 def relation_size(connection: BaseDatabaseWrapper, name: str) -> int:
     """Bytes on disk of one table or index (e.g. the claim index), main fork only."""
     return int(_rows(connection, INDEX_SIZE, {"index": name})[0][0])
+
+
+def fair_waits(connection: BaseDatabaseWrapper) -> dict[str, float]:
+    """Per queue with fair keys: the longest a key with a due job and none running has
+    waited, in seconds (``FAIR_WAIT``)."""
+    return {str(queue): float(age) for queue, age in _rows(connection, FAIR_WAIT)}
 
 
 def pending_fair_keys(connection: BaseDatabaseWrapper) -> list[str]:

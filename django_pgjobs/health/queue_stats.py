@@ -34,6 +34,8 @@ class QueueSample(overview.QueueCounts):
     page shares, and the lag in seconds (a gauge has no "none": 0 when nothing is due)."""
 
     lag: float = 0.0  # seconds since the oldest due job's run_at
+    # fair shares: the longest a fair key with a due job and none running has waited
+    fair_wait: float = 0.0
 
 
 def configured_queues(served: Sequence[str] | None) -> set[str]:
@@ -83,6 +85,7 @@ class QueueStatsRefresher(threading.Thread):
         connection = connections[self.alias]
         try:
             rows = overview.queue_rows(connection, stale_after=self.stale_after)
+            fair = overview.fair_waits(connection)
             with connection.cursor() as cursor:
                 cursor.execute(QUEUE_NAMES)
                 kept = configured_queues(self.known) | {str(n) for (n,) in cursor.fetchall()}
@@ -100,6 +103,7 @@ class QueueStatsRefresher(threading.Thread):
                 blocked=r.blocked,
                 waiting=r.waiting,
                 lag=r.lag_seconds,
+                fair_wait=fair.get(r.queue, 0.0),
             )
             for r in rows.values()
         ]
