@@ -160,3 +160,20 @@ def atomic_sleeper(context: JobContext) -> None:
     """A sleep inside a whole-job transaction: refused clearly."""
     context.step("a", call, "a", 1)
     context.sleep("nap", 60)
+
+
+@job(takes_context=True, queue="durable-bench")
+def ten_steps(context: JobContext) -> None:
+    """bench/durable_steps.py: ten recorded steps."""
+    for i in range(10):
+        context.step(f"s{i}", int, i)
+
+
+@job(queue="durable-bench")
+def ten_writes() -> None:
+    """bench/durable_steps.py: the same job making ten plain single-row writes."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for i in range(10):
+            cursor.execute("INSERT INTO durable_bench_rows (n) VALUES (%s)", [i])
