@@ -96,6 +96,12 @@ def sleeps(items: list[ChunkItem]) -> None:
     time.sleep(max(float(item.args[0]) for item in items))
 
 
+@job(queue="chunks-patient", chunk=10, chunk_wait=30)
+def patient(items: list[ChunkItem]) -> None:
+    """Waits long to fill its chunk: a stopping worker calls it at once instead."""
+    record("patient", items)
+
+
 @job(chunk=10, chunk_wait=0.3)
 def fault_chunk(items: list[ChunkItem]) -> None:
     """The fault matrix's chunk (setup="chunk", tests/faults/matrix.py): every job

@@ -8,6 +8,7 @@ In-process workers on the real database; the handlers record each call's job ids
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -98,6 +99,23 @@ def test_a_chunk_waits_up_to_chunk_wait_for_jobs_enqueued_meanwhile() -> None:
         Job.objects.filter(queue="chunks").values_list("id", flat=True)
     )
     assert len(made) < 5  # jobs enqueued during the wait joined a chunk
+
+
+def test_a_stopping_worker_stops_filling_and_runs_the_chunk_it_has() -> None:
+    job = chunk_jobs.patient.enqueue(1)
+    worker = Worker(queues=["chunks-patient"], concurrency=2, maintenance=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    # claimed: its chunk waits (chunk_wait: 30 s) for more jobs of its task
+    wait_until(lambda: Job.objects.filter(id=job.id, status="running").exists())
+    assert calls("patient") == []
+    began = time.monotonic()
+    worker.request_stop()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert time.monotonic() - began < 10  # not the 30 s of chunk_wait
+    assert calls("patient") == [[job.id]]
+    assert Job.objects.get(id=job.id).status == "completed"
 
 
 # ---------------------------------------------------------------- outcomes
