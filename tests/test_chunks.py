@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from django_pgjobs import ChunkItem
+from django_pgjobs import ChunkItem, chain
 from django_pgjobs.jobs.chunking import MAX_CHUNK
 from django_pgjobs.jobs.definition import make_definition
 from django_pgjobs.models import Job, JobResult, Queue
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker.loop import Worker
 from tests import chunk_jobs
+from tests import workflow_jobs as w
 from tests.chunk_jobs import calls
 from tests.conftest import run_burst_worker, wait_until
 
@@ -236,6 +237,17 @@ def test_a_limited_queue_gets_no_fill_and_its_limit_holds() -> None:
     made = calls("collect")
     assert sorted(i for c in made for i in c) == sorted(ids)
     assert all(len(c) <= 2 for c in made), made  # never more running than max_running
+
+
+def test_chunked_workflow_nodes_get_their_parents_results_as_items() -> None:
+    # each chunked node's item starts with its parent's result (chain), its own
+    # result is what the handler mapped to it
+    first = chain(w.constant.si(5), chunk_jobs.doubles.s()).enqueue()
+    second = chain(w.constant.si(7), chunk_jobs.doubles.s()).enqueue()
+    worker = Worker(queues=["default", "chunks"], concurrency=2, burst=True, maintenance=False)
+    assert run_burst_worker(worker) == 0
+    results = [JobResult.objects.get(job_id=run.jobs[-1].id).value for run in (first, second)]
+    assert results == [10, 14]
 
 
 def test_run_jobs_calls_a_chunk_handler_with_one_item() -> None:
