@@ -96,6 +96,10 @@ class JobFunction(Generic[P, R]):
 @overload
 def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
 @overload
+def job(
+    *, chunk: int, **options: Any
+) -> Callable[[Callable[..., R]], JobFunction[..., R]]: ...  # enqueue takes one item's arguments
+@overload
 def job(**options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
