@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -177,3 +178,37 @@ def ten_writes() -> None:
     with connection.cursor() as cursor:
         for i in range(10):
             cursor.execute("INSERT INTO durable_bench_rows (n) VALUES (%s)", [i])
+
+
+def fake_service(log_dir: str, order: int, what: str) -> str:
+    """An external call: logged, answering a value of its own each time (a step
+    replayed from its record returns the first answer, never a new one)."""
+    answer = uuid.uuid4().hex
+    time.sleep(0.2)  # a network call: long enough for a kill to land inside a run
+    with open(os.path.join(log_dir, "service.log"), "a") as out:
+        out.write(f"{order} {what} {answer}\n")
+    return answer
+
+
+def _row(order: int, step: str) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO chaos_rows (ord, step) VALUES (%s, %s)", [order, step])
+
+
+@job(takes_context=True, queue="durable-chaos", max_attempts=25)
+def chaos_order(context: JobContext, order: int, log_dir: str) -> list[str]:
+    """Six steps: a service call, an atomic write, a service call, a sleep, an atomic
+    write, a service call; every run appends the answers it saw."""
+    charge = context.step("charge", fake_service, log_dir, order, "charge")
+    with context.atomic_step("reserve"):
+        _row(order, "reserve")
+    ship = context.step("ship", fake_service, log_dir, order, "ship")
+    context.sleep("wait", 1.0)
+    with context.atomic_step("invoice"):
+        _row(order, "invoice")
+    review = context.step("review", fake_service, log_dir, order, "review")
+    with open(os.path.join(log_dir, "seen.log"), "a") as out:
+        out.write(f"{order} {charge} {ship} {review}\n")
+    return [charge, ship, review]
