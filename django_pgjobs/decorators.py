@@ -10,9 +10,12 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
+from django.db import transaction
+
+from django_pgjobs.conf import get_settings
 from django_pgjobs.jobs import registry
 from django_pgjobs.jobs.definition import JobDefinition, make_definition
-from django_pgjobs.jobs.enqueue import enqueue_batch, enqueue_one
+from django_pgjobs.jobs.enqueue import enqueue_batch, enqueue_one, split_call
 from django_pgjobs.support.installed import require_installed
 from django_pgjobs.support.validation import check_options
 
@@ -88,9 +91,26 @@ class JobFunction(Generic[P, R]):
         """Insert many jobs, one round trip per batch; returns how many were inserted.
 
         Each item is a tuple of positional arguments, or ``(args, kwargs)`` when
-        given as a 2-tuple whose second element is a dict.
+        given as a 2-tuple whose second element is a dict. A debounced job's items go
+        one upsert each, in one transaction: items of one key meet on one job, and
+        only the jobs this call inserted are counted.
         """
-        return enqueue_batch(self.definition, calls, self.call_options)
+        if self.definition.debounce is None:
+            return enqueue_batch(self.definition, calls, self.call_options)
+        from django_pgjobs.models import Job  # not at import: see enqueue
+
+        inserted = 0
+        # A savepoint: an item that fails validation undoes the items before it and
+        # leaves the caller's transaction usable (no partial rows).
+        with transaction.atomic(using=get_settings().DATABASE):
+            for index, item in enumerate(calls):
+                args, kwargs = split_call(item, self.definition.name, index)
+                try:
+                    row = enqueue_one(self.definition, args, kwargs, self.call_options, model=Job)
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"enqueue_many item {index}: {exc}") from None
+                inserted += bool(getattr(row, "_pgjobs_inserted", False))
+        return inserted
 
 
 @overload

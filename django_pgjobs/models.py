@@ -85,9 +85,11 @@ class Job(models.Model):
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     concurrency_limit = models.PositiveSmallIntegerField(null=True, blank=True)
     fair_key = fair_key_field()  # fair shares (claim/fair.py, fair_schema.py)
-    # "<task>:<key>" of a @job(unique_while=...) job; held while pending (or
+    # "<mode>:<task>:<key>" of a unique_while or debounced job; held while pending (or
     # running, for "active": the claim clears it for "pending").
     unique_key = models.CharField(max_length=600, null=True, blank=True)
+    # debounce.py: first enqueue + max_wait (or + 1000 years); NULL: not debounced
+    debounce_until = models.DateTimeField(null=True, blank=True, editable=False)
     # W3C trace context of the enqueue (OpenTelemetry): the job's span is its child.
     trace_context = StoredJSONField(null=True, blank=True, editable=False)
     # Workflows (db/workflows.py, db/workflow_trigger.py): all NULL for a plain job.
@@ -171,8 +173,8 @@ class Job(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="pgjobs_job_idempotency_key_uniq",
             ),
-            # unique_while: one active job per key. Partial: rows without a key (almost
-            # all) stay out of it, and a finished job frees its key.
+            # unique_while and debounce: one active job per key. Partial: rows without a
+            # key (almost all) stay out of it, and a finished job frees its key.
             models.UniqueConstraint(
                 fields=["unique_key"],
                 # blocked and waiting too: a workflow node holds its key from its

@@ -5,6 +5,7 @@ workers run on this host), so a test reads overlaps from the stored results."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from django_pgjobs import JobContext, job
 from tests import run_records
@@ -56,3 +57,26 @@ def new_in_this_release(i: int) -> dict[str, float]:
 def capped_sleeper(context: JobContext, seconds: float) -> None:
     """The queue gets max_running in the test; records its runs (tests/run_records.py)."""
     run_records.recorded(context, "slots-capped", seconds)
+
+
+@job(
+    queue="flow-debounce",
+    debounce=timedelta(seconds=5),
+    debounce_key="reindex:{doc_id}",
+    max_wait=timedelta(minutes=1),
+)
+def reindex(doc_id: int, version: int = 0) -> dict[str, int]:
+    """Debounced, keeps the latest arguments: returns the ones it ran with."""
+    return {"doc_id": doc_id, "version": version}
+
+
+@job(queue="flow-debounce", debounce=0.2, debounce_key="{doc_id}", keep="first")
+def reindex_first(doc_id: int, version: int = 0) -> dict[str, int]:
+    """Debounced, keeps the first arguments."""
+    return {"doc_id": doc_id, "version": version}
+
+
+@job(queue="flow-debounce", debounce=0.2, debounce_key="{doc_id}")
+def reindex_soon(doc_id: int, version: int = 0) -> dict[str, int]:
+    """Debounced briefly, keeps the latest arguments (no max_wait)."""
+    return {"doc_id": doc_id, "version": version}

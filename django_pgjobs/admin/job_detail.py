@@ -26,6 +26,7 @@ from django_pgjobs.conf import get_settings
 from django_pgjobs.db.durable import NO_LIMIT as NO_LIMIT_SQL
 from django_pgjobs.db.reports import ERRORS_NEWEST, ERRORS_TOTAL
 from django_pgjobs.durable.models import JobStep
+from django_pgjobs.jobs import debounce as debouncing
 from django_pgjobs.models import Job, JobResult, StoredJSONField
 from django_pgjobs.states import JobStatus
 from django_pgjobs.support import decoding
@@ -133,7 +134,17 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
         ),
         (
             "Timings",
-            {"fields": ("created_at", "run_at", "started_at", "finished_at", "waited", "ran_for")},
+            {
+                "fields": (
+                    "created_at",
+                    "run_at",
+                    "debounce_note",  # a debounced job's run_at moves on (debounce.py)
+                    "started_at",
+                    "finished_at",
+                    "waited",
+                    "ran_for",
+                )
+            },
         ),
     )
 
@@ -188,6 +199,23 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
             .first()
         )
         return job
+
+    @admin.display(description="debounced")
+    def debounce_note(self, obj: Job) -> str:
+        """Whether an enqueue of its key still moves this job's run_at on, and how far
+        it may: the planned time above is run_at, the bound first enqueue + max_wait."""
+        until = obj.debounce_until
+        if until is None:
+            return "no"
+        bound = (
+            "no max_wait"
+            if debouncing.unbounded(obj.created_at, until)
+            else f"never later than {timezone.localtime(until):%Y-%m-%d %H:%M:%S %Z} "
+            "(its first enqueue + max_wait)"
+        )
+        if obj.status == JobStatus.PENDING and obj.unique_key is not None:
+            return f"yes: each enqueue of its key moves run_at on by the debounce, {bound}"
+        return f"it was; it has started, so an enqueue of its key makes a new job ({bound})"
 
     @admin.display(description="args")
     @admin.display(description="workflow")

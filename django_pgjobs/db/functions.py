@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from django_pgjobs.db.job_insert import UNIQUE_KEY_HELD
 from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL
-from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN
+from django_pgjobs.states import PRIORITY_MAX, PRIORITY_MIN, JobStatus
+from django_pgjobs.support.validation import MAX_DELAY
 from django_pgjobs.support.validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 # pgjobs_enqueue(task, args, kwargs, queue, priority, run_at, idempotency_key,
-# max_attempts): enqueue from SQL (pg_cron, triggers, psql). Validates its input
+# max_attempts, debounce, debounce_key, max_wait, keep): enqueue from SQL (pg_cron, triggers, psql). Validates its input
 # with errors naming the argument; a NULL argument leaves the column out of the
 # INSERT so the table's own defaults apply (the same db_defaults as Python).
 # Same statement shape as JOB_INSERT: ON CONFLICT on the partial unique key index
@@ -27,6 +29,57 @@ from django_pgjobs.support.validation import MAX_DEPTH as MAX_JSON_DEPTH
 _TOO_DEEP = (
     f'strict $.**{{{MAX_JSON_DEPTH + 1} to last}} ? (@.type() == "array" || @.type() == "object")'
 )
+
+
+# The unique index's predicate inside a string literal of the function's body.
+_HELD_IN_LITERAL = UNIQUE_KEY_HELD.replace("'", "''")
+
+# pgjobs_enqueue(debounce => ...): the debounced enqueue of debounce.py, the same key
+# text ("pending:<task>:<key>") and the same upsert as db/job_insert.py's JOB_DEBOUNCE,
+# so enqueues from SQL and from Python meet on one job. Returns the job's id, inserted
+# or moved on (or the id of a blocked workflow job that holds the key).
+_DEBOUNCED = f"""    IF debounce < interval '0' OR debounce > interval '{MAX_DELAY.days} days' THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: debounce must be from 0 seconds to {MAX_DELAY.days} days, got %', debounce
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF debounce_key IS NULL OR length(debounce_key) = 0 OR length(debounce_key) > 255 THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: debounce needs a debounce_key of 1-255 characters, got %',
+            coalesce(quote_literal(left(debounce_key, 300)), 'NULL') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_wait IS NOT NULL AND (max_wait < debounce OR max_wait > interval '{MAX_DELAY.days} days') THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: max_wait must be at least debounce (%) and at most {MAX_DELAY.days} days, got %',
+            debounce, max_wait USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF keep IS NOT NULL AND keep NOT IN ('latest', 'first') THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: keep must be ''latest'' or ''first'', got %', quote_literal(keep)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF idempotency_key IS NOT NULL OR run_at IS NOT NULL THEN
+        RAISE EXCEPTION 'pgjobs_enqueue: a debounced job takes no idempotency_key or run_at (its run_at is now + debounce)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    cols := cols || ARRAY['run_at', 'unique_key', 'debounce_until'];
+    vals := vals || ARRAY['now() + $9', '$10', 'now() + coalesce($11, interval ''{MAX_DELAY.days} days'')'];
+    EXECUTE format(
+        'INSERT INTO @SCHEMA_LITERAL@.{JOB} AS j (%s) VALUES (%s) '
+        'ON CONFLICT (unique_key) WHERE {_HELD_IN_LITERAL} '
+        'DO UPDATE SET run_at = LEAST(GREATEST(j.run_at, EXCLUDED.run_at), j.debounce_until), '
+        '  args = CASE WHEN $12 THEN EXCLUDED.args ELSE j.args END, '
+        '  kwargs = CASE WHEN $12 THEN EXCLUDED.kwargs ELSE j.kwargs END '
+        'WHERE j.status = ''{JobStatus.PENDING}'' AND j.debounce_until IS NOT NULL '
+        'RETURNING id, queue',
+        array_to_string(cols, ', '), array_to_string(vals, ', '))
+    INTO new_id, new_queue
+    USING task, args, kwargs, queue, priority, run_at, idempotency_key, max_attempts,
+          debounce, 'pending:' || task || ':' || debounce_key, max_wait,
+          coalesce(keep, 'latest') = 'latest';
+    IF new_id IS NULL THEN
+        SELECT id INTO new_id FROM @SCHEMA@.{JOB}
+         WHERE unique_key = 'pending:' || task || ':' || debounce_key AND {UNIQUE_KEY_HELD};
+    ELSE
+        PERFORM pg_notify('{NOTIFY_CHANNEL}', new_queue);
+    END IF;
+    RETURN new_id;"""
 
 
 def _json_argument(name: str, json_type: str, placeholder: str) -> str:
@@ -61,7 +114,11 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.pgjobs_enqueue(
     priority integer DEFAULT NULL,
     run_at timestamptz DEFAULT NULL,
     idempotency_key text DEFAULT NULL,
-    max_attempts integer DEFAULT NULL
+    max_attempts integer DEFAULT NULL,
+    debounce interval DEFAULT NULL,
+    debounce_key text DEFAULT NULL,
+    max_wait interval DEFAULT NULL,
+    keep text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -135,17 +192,24 @@ BEGIN
         END IF;
         cols := cols || 'max_attempts'::text; vals := vals || '$8'::text;
     END IF;
-    EXECUTE format(
-        'INSERT INTO @SCHEMA_LITERAL@.{JOB} (%s) VALUES (%s) '
-        'ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING '
-        'RETURNING id, queue',
-        array_to_string(cols, ', '), array_to_string(vals, ', '))
-    INTO new_id, new_queue
-    USING task, args, kwargs, queue, priority, run_at, idempotency_key, max_attempts;
-    IF new_id IS NOT NULL THEN
-        PERFORM pg_notify('{NOTIFY_CHANNEL}', new_queue);
+    IF debounce IS NULL THEN
+        IF debounce_key IS NOT NULL OR max_wait IS NOT NULL OR keep IS NOT NULL THEN
+            RAISE EXCEPTION 'pgjobs_enqueue: debounce_key, max_wait and keep need debounce (how long to wait)'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        EXECUTE format(
+            'INSERT INTO @SCHEMA_LITERAL@.{JOB} (%s) VALUES (%s) '
+            'ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING '
+            'RETURNING id, queue',
+            array_to_string(cols, ', '), array_to_string(vals, ', '))
+        INTO new_id, new_queue
+        USING task, args, kwargs, queue, priority, run_at, idempotency_key, max_attempts;
+        IF new_id IS NOT NULL THEN
+            PERFORM pg_notify('{NOTIFY_CHANNEL}', new_queue);
+        END IF;
+        RETURN new_id;
     END IF;
-    RETURN new_id;
+{_DEBOUNCED}
 END
 $fn$
 $create$, '@SCHEMA_LITERAL@', replace(quote_ident(schema_name), chr(39), chr(39) || chr(39))),

@@ -9,7 +9,7 @@ from typing import Any
 from django_pgjobs.db.epoch import epoch_us
 from django_pgjobs.db.notify import due_payload
 from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL
-from django_pgjobs.states import JobStatus
+from django_pgjobs.states import ACTIVE, JobStatus
 
 # The JOB_INSERT family: insert one job and wake idle workers, in one statement.
 # One column list serves every member; a member adds the flow-control columns, or
@@ -101,6 +101,56 @@ def job_insert(
     row: Sequence[Any] | None = cursor.fetchone()
     return row
 
+
+# The predicate of the unique index of active keys (models.py), as ON CONFLICT names
+# it to infer that index.
+UNIQUE_KEY_HELD = (
+    "unique_key IS NOT NULL AND status IN ("
+    + ", ".join(f"'{status}'" for status in sorted(ACTIVE))
+    + ")"
+)
+
+# A debounced enqueue (debounce.py), one statement: insert the job, or, when a pending
+# job holds its key, move that job on instead. ON CONFLICT on the partial unique index
+# of active keys (the unique_while index; a debounced key is in the "pending:" mode, so
+# the claim clears it and only pending or blocked rows hold one) waits for a concurrent
+# enqueue of the same key to commit or roll back, then updates the row it committed:
+# concurrent enqueues of one key make one job, with no read-then-write race. The
+# update takes the row lock of that pending job (a claim skips it while locked, and
+# waits for nothing). run_at only moves later (GREATEST: an enqueue whose transaction
+# began earlier has an earlier now()), and never past debounce_until, set once by the
+# first enqueue. A key held by a blocked workflow job is not touched (the WHERE):
+# nothing is returned and the caller reads the holder, as for unique_while.
+# {columns}: the model's column list, so the row becomes a ``Job`` with ``from_db``;
+# ``inserted``: whether this enqueue made the row.
+JOB_DEBOUNCE = f"""
+WITH up AS (
+    INSERT INTO {JOB} AS j (task, queue, priority, args, kwargs, run_at, max_attempts,
+                            timeout, trace_context, workflow_id, concurrency_key,
+                            concurrency_limit, fair_key, unique_key, debounce_until)
+    VALUES (%(task)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+            now() + make_interval(secs => %(delay)s), %(max_attempts)s, %(timeout)s,
+            %(trace_context)s::jsonb, %(workflow_id)s, %(concurrency_key)s,
+            %(concurrency_limit)s, %(fair_key)s, %(unique_key)s,
+            now() + make_interval(secs => %(max_wait)s))
+    ON CONFLICT (unique_key) WHERE {UNIQUE_KEY_HELD}
+    DO UPDATE SET
+        run_at = LEAST(GREATEST(j.run_at, EXCLUDED.run_at), j.debounce_until),
+        args = CASE WHEN %(keep_latest)s THEN EXCLUDED.args ELSE j.args END,
+        kwargs = CASE WHEN %(keep_latest)s THEN EXCLUDED.kwargs ELSE j.kwargs END,
+        concurrency_key = CASE WHEN %(keep_latest)s THEN EXCLUDED.concurrency_key
+                               ELSE j.concurrency_key END,
+        concurrency_limit = CASE WHEN %(keep_latest)s THEN EXCLUDED.concurrency_limit
+                                 ELSE j.concurrency_limit END,
+        fair_key = CASE WHEN %(keep_latest)s THEN EXCLUDED.fair_key ELSE j.fair_key END
+     WHERE j.status = '{JobStatus.PENDING}' AND j.debounce_until IS NOT NULL
+    RETURNING {{columns}}, j.xmax = 0 AS inserted
+)
+-- the job's (new) time wakes idle workers at commit, as for any enqueue
+SELECT up.*,
+       pg_notify('{NOTIFY_CHANNEL}', {due_payload("up.queue", "up.run_at", "up.priority")})::text
+  FROM up
+"""
 
 # The run_at of a delayed bulk enqueue (COPY takes values, not expressions).
 DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %s)"

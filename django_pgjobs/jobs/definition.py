@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.jobs import debounce as debouncing
 from django_pgjobs.jobs.chunking import check_chunk, item_arguments
 from django_pgjobs.jobs.keys import (
     check_concurrency,
@@ -68,6 +69,7 @@ JOB_OPTIONS = frozenset(
         "unique_while",
         "chunk",
         "chunk_wait",
+        *debouncing.OPTIONS,
     }
 )
 
@@ -111,6 +113,9 @@ class JobDefinition:
     def checked_takes_context(self) -> bool:
         """Whether ``checked_func``'s first parameter is the context (never an item's)."""
         return self.takes_context and self.chunk is None
+
+    # debounce.py: an enqueue while a job of its key is pending moves that job on
+    debounce: debouncing.Debounce | None = None
 
     def effective_timeout(self, stored: float | None) -> float | None:
         """The limit of one run: the row's own (``.using(timeout=...)``), else the
@@ -195,6 +200,9 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         fair_key=check_key(options.get("fair_key"), "fair_key", name),
         chunk=chunk,
         chunk_wait=chunk_wait,
+        debounce=debouncing.check_debounce(options, f"@job {name}"),
     )
     check_fields_exist(definition)
+    if definition.debounce is not None:
+        debouncing.check_fields_exist(definition, definition.debounce)
     return definition

@@ -28,11 +28,12 @@ from django_pgjobs.db.job_insert import (
     JOB_BY_KEY,
     JOB_BY_UNIQUE_KEY,
     JOB_COPY,
+    JOB_DEBOUNCE,
     insert_params,
     job_insert,
 )
 from django_pgjobs.db.notify import JOB_NOTIFY_DUE
-from django_pgjobs.jobs import keys, registry
+from django_pgjobs.jobs import debounce, keys, registry
 from django_pgjobs.jobs.definition import stored_timeout
 from django_pgjobs.support import tracing
 from django_pgjobs.support.validation import (
@@ -60,17 +61,18 @@ CURRENT_BATCH: ContextVar[int | None] = ContextVar("pgjobs_current_batch", defau
 
 
 @functools.cache
-def _columns(model: type[Job]) -> tuple[list[str], str, str, frozenset[int]]:
-    """The job model's attribute names, the two key lookups with its column list, and
-    the positions of its JSON columns (the model is passed in: this module sits below
-    the models, which enqueue through it)."""
+def _columns(model: type[Job]) -> tuple[list[str], str, str, frozenset[int], str]:
+    """The job model's attribute names, the two key lookups with its column list, the
+    positions of its JSON columns and the debounced upsert (the model is passed in:
+    this module sits below the models, which enqueue through it)."""
     fields = model._meta.concrete_fields
     attnames = [f.attname for f in fields]
     columns = ", ".join(str(f.column) for f in fields)
     json_positions = frozenset(i for i, f in enumerate(fields) if isinstance(f, JSONField))
     by_key = JOB_BY_KEY.format(columns=columns)
     by_unique_key = JOB_BY_UNIQUE_KEY.format(columns=columns)
-    return attnames, by_key, by_unique_key, json_positions
+    upsert = JOB_DEBOUNCE.format(columns=columns)
+    return attnames, by_key, by_unique_key, json_positions, upsert
 
 
 def _json_text(value: list[Any] | dict[str, Any]) -> str:
@@ -106,7 +108,7 @@ def _checked_json(
 
 
 def _row_to_job(model: type[Job], alias: str, row: Sequence[Any]) -> Job:
-    attnames, _, _, json_positions = _columns(model)
+    attnames, _, _, json_positions, _ = _columns(model)
     values: list[Any] = [
         as_django_time(v) if isinstance(v, datetime) else v for v in row[: len(attnames)]
     ]
@@ -182,6 +184,7 @@ def new_job(
         "suspect": False,
         "waiting_for": None,
         "wakes": 0,
+        "debounce_until": None,
         **(overrides or {}),
     }
     job = model.from_db(alias, attnames, [values[name] for name in attnames])
@@ -233,7 +236,12 @@ def enqueue_one(
     args_text, kwargs_text = _checked_json(definition, args, kwargs)
     opts = resolve_options(definition, options)
     alias = using or get_settings().DATABASE
-    _, by_key, by_unique_key, _ = _columns(model)
+    # A Tasks backend task's own debounce comes per call (its definition is shared).
+    plan = options.get("debounce") or definition.debounce
+    if plan is not None:
+        texts = (args_text, kwargs_text)
+        return _debounced(definition, plan, args, kwargs, texts, options, opts, model, alias)
+    _, by_key, by_unique_key, _, _ = _columns(model)
     flow = (
         definition.concurrency_key is not None
         or definition.unique_while is not None
@@ -291,6 +299,52 @@ def enqueue_one(
                     if row is not None:
                         return _row_to_job(model, alias, row)
     raise RuntimeError(failure)
+
+
+def _debounced(
+    definition: JobDefinition,
+    plan: debounce.Debounce,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    texts: tuple[str, str],
+    options: Mapping[str, Any],
+    opts: dict[str, Any],
+    model: type[Job],
+    alias: str,
+) -> Job:
+    """Insert a debounced job, or move on the pending job that holds its key (one
+    upsert, JOB_DEBOUNCE); returns that job, as it is now."""
+    debounce.check_call(options, definition.name)
+    keys.format_check(definition, args, kwargs)
+    ckey = keys.concurrency_key(definition, args, kwargs)
+    key = debounce.stored_key(definition, plan, args, kwargs)
+    limit = None if ckey is None else definition.concurrency_limit
+    params = insert_params(task=definition.name, args=texts[0], kwargs=texts[1])
+    params |= {name: opts[name] for name in ("queue", "priority", "max_attempts", "timeout")}
+    params |= {"workflow_id": opts["workflow_id"], "unique_key": key, "delay": plan.seconds}
+    params |= {"concurrency_key": ckey, "concurrency_limit": limit}
+    params |= {"max_wait": plan.bound, "keep_latest": plan.keep == "latest"}
+    attnames, _, by_unique_key, _, upsert = _columns(model)
+    with (
+        tracing.publish(definition.name, opts["queue"]) as publish,
+        hot_cursor(connections[alias]) as cursor,
+    ):
+        carrier = publish.carrier if publish is not None else None
+        params["trace_context"] = None if carrier is None else json.dumps(carrier)
+        # Nothing returned: a blocked workflow job holds the key (read it); it may
+        # finish, freeing the key, before the lookup: then try again.
+        for _ in range(3):
+            cursor.execute(upsert, params)
+            row = cursor.fetchone()
+            if row is None:
+                cursor.execute(by_unique_key, [key])
+                row = cursor.fetchone()
+            if row is not None:
+                job = _row_to_job(model, alias, row)
+                if len(row) > len(attnames) and row[len(attnames)]:  # this enqueue inserted it
+                    job._pgjobs_inserted = True  # type: ignore[attr-defined]
+                return job
+    raise RuntimeError(f"could not enqueue {definition.name}: its debounce key stayed taken")
 
 
 def flow_keys(
@@ -359,7 +413,7 @@ def enqueue_by_name(
     )
 
 
-def _split_call(item: Any, task: str, index: int) -> tuple[list[Any], dict[str, Any]]:
+def split_call(item: Any, task: str, index: int) -> tuple[list[Any], dict[str, Any]]:
     if (
         isinstance(item, tuple)
         and len(item) == 2
@@ -404,7 +458,7 @@ def enqueue_batch(
     keyed = definition.concurrency_key is not None
     fair = fair_queue(definition, opts["queue"])
     for index, item in enumerate(calls):
-        args, kwargs = _split_call(item, definition.name, index)
+        args, kwargs = split_call(item, definition.name, index)
         try:
             args_text, kwargs_text = _checked_json(definition, args, kwargs)
             row: tuple[Any, ...] = (

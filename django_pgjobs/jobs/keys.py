@@ -82,7 +82,7 @@ def check_fields_exist(definition: JobDefinition) -> None:
         key = getattr(definition, option)
         if not isinstance(key, str):
             continue
-        params = _parameters(definition)
+        params = parameters(definition)
         if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
             return
         for _, field, _, _ in string.Formatter().parse(key):
@@ -103,7 +103,7 @@ def check_unique_while(value: Any) -> str | None:
     raise ValueError(f'@job(unique_while=...) must be "pending" or "active", got {value!r}')
 
 
-def _parameters(definition: JobDefinition) -> dict[str, inspect.Parameter] | None:
+def parameters(definition: JobDefinition) -> dict[str, inspect.Parameter] | None:
     try:
         params = dict(inspect.signature(definition.func).parameters)
     except (TypeError, ValueError):
@@ -140,7 +140,7 @@ def computed_key(
                 f"{option} of {definition.name} raised {type(exc).__name__}: {exc}"
             ) from exc
     else:
-        value = key.format(**_bound(definition, args, kwargs))
+        value = key.format(**bound_arguments(definition, args, kwargs))
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -151,10 +151,12 @@ def computed_key(
     return text
 
 
-def _bound(definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def bound_arguments(
+    definition: JobDefinition, args: list[Any], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """Every argument by name (positional ones too, defaults applied)."""
     values: dict[str, Any] = dict(kwargs)
-    params = _parameters(definition)
+    params = parameters(definition)
     if params is not None:
         sig = inspect.Signature(list(params.values()))
         try:
@@ -175,7 +177,7 @@ def format_check(definition: JobDefinition, args: list[Any], kwargs: dict[str, A
         key = getattr(definition, option)
         if isinstance(key, str):
             try:
-                key.format(**_bound(definition, args, kwargs))
+                key.format(**bound_arguments(definition, args, kwargs))
             except (KeyError, IndexError, AttributeError) as exc:
                 raise ValueError(
                     f"{option} {key!r} of {definition.name}: this call has no argument {exc}"

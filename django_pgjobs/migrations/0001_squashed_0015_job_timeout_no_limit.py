@@ -32,7 +32,12 @@ RESET_AUTOVACUUM = (
     "ALTER TABLE django_pgjobs_job RESET (autovacuum_vacuum_scale_factor,"
     " autovacuum_vacuum_threshold, autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay)"
 )
-ENQUEUE_FUNCTION_DROP = "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer)"
+# Both signatures: 0007 adds the debounce arguments, and its reverse keeps the function
+# (a call of the eight arguments means the same with the four more defaulted).
+ENQUEUE_FUNCTION_DROP = (
+    "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer),"
+    " pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer, interval, text, interval, text)"
+)
 
 
 class Migration(migrations.Migration):

@@ -4,7 +4,8 @@
 ``python -m tests.faults.driver ACTION [JSON]`` prints one JSON line: ``{"ok": bool,
 "error": str | None, ...}``. Actions are what an application or an operator does:
 enqueue (with an idempotency key, retried once after an error as a caller should;
-also a ``unique_while`` job, through JOB_INSERT_FLOW),
+also a ``unique_while`` job, through JOB_INSERT_FLOW, and a debounced one, through
+JOB_DEBOUNCE),
 enqueue_many (``batch``: rows per COPY), pause/resume a queue (``pause_resume``:
 both, each retried once; ``pause`` / ``resume``: one attempt), admin cancel / retry / pages, jobs_status, prune --dry-run,
 ``testing.run_jobs``; ``send_signal`` (delivered twice with one key) and ``emit_event``,
@@ -122,6 +123,17 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
         for _ in range(2):
             try:
                 job = refresh_account.using(**options).enqueue(account_id=1)
+                return {"ok": True, "id": job.id, "error": first_error}
+            except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
+                first_error = f"{type(exc).__name__}: {exc}"
+        return {"ok": False, "error": first_error}
+    if action == "enqueue_debounced":
+        from tests.flow_jobs import reindex_soon
+
+        first_error = None
+        for _ in range(2):
+            try:  # a retry of a committed enqueue moves the same pending job on
+                job = reindex_soon.enqueue(doc_id=1, version=2)
                 return {"ok": True, "id": job.id, "error": first_error}
             except Exception as exc:  # noqa: BLE001 - the caller retries once, same key
                 first_error = f"{type(exc).__name__}: {exc}"

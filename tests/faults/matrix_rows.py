@@ -419,6 +419,12 @@ ROWS: tuple[Row, ...] = (
         "driver",
         action="enqueue_unique_delayed",
     ),
+    Row(
+        "enqueue debounced (retried once)",
+        "db.JOB_DEBOUNCE",
+        "driver",
+        action="enqueue_debounced",
+    ),
     Row("enqueue: existing key", "db.JOB_BY_KEY", "driver", action="enqueue_twice"),
     Row("enqueue_many: notify after COPY", "db.JOB_NOTIFY_DUE", "driver", action="enqueue_many"),
     # The COPY runs through the connection's execute_wrappers (enqueue._copy_rows).

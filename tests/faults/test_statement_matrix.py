@@ -217,6 +217,7 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
     dead2 = scenario.insert(STEP, extra="'dead', 5, 3, 'ghost', now(), now(), now()")
     actions: list[tuple[str, dict[str, Any]]] = [
         ("enqueue_twice", {"key": "cap"}),
+        ("enqueue_debounced", {}),
         ("enqueue_many", {"n": 3, "batch": 2}),
         ("pause", {"names": ["default", "other"]}),  # creates the queue rows
         ("pause", {"names": ["default", "other"]}),  # updates them
@@ -370,6 +371,6 @@ def test_matrix_covers_every_statement(
 def test_statement_names_are_stable() -> None:
     """The injector names every statement of db/ and claim/ after itself."""
     for name, text in db_constants().items():
-        if "{columns}" in text:  # JOB_BY_KEY, JOB_BY_UNIQUE_KEY
+        if "{columns}" in text:  # JOB_BY_KEY, JOB_BY_UNIQUE_KEY, JOB_DEBOUNCE
             text = text.format(columns="id, queue")
         assert statement_name(text) == name, name
