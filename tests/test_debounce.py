@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from django_pgjobs import job, registry
+from django_pgjobs import job
 from django_pgjobs.claim.run import claim as run_claim
+from django_pgjobs.jobs import registry
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from tests import flow_jobs

@@ -67,6 +67,8 @@ class PgJobsTask(Task):  # type: ignore[type-arg]  # generic in the stubs only: 
     On Django 6.1 ``@task(max_attempts=3, atomic=True, ...)`` passes these through;
     on 6.0 and 6.1 ``task.using(max_attempts=..., idempotency_key=...)`` sets the
     per-call ones. ``run_after`` may also be a ``timedelta`` (relative to enqueue).
+    ``debounce``, ``debounce_key``, ``max_wait`` and ``keep`` are ``@job``'s
+    (jobs/debounce.py), set either way.
     """
 
     max_attempts: int | None = None
@@ -74,6 +76,10 @@ class PgJobsTask(Task):  # type: ignore[type-arg]  # generic in the stubs only: 
     retry_on: tuple[type[BaseException], ...] = ()
     discard_on: tuple[type[BaseException], ...] = ()
     idempotency_key: str | None = None
+    debounce: float | timedelta | None = None
+    debounce_key: str | Callable[..., Any] | None = None
+    max_wait: float | timedelta | None = None
+    keep: str | None = None
 
     def __post_init__(self) -> None:
         # A single exception class is accepted where a tuple is expected.
@@ -94,6 +100,10 @@ class PgJobsTask(Task):  # type: ignore[type-arg]  # generic in the stubs only: 
         backend: str | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        debounce: float | timedelta | None = None,
+        debounce_key: str | Callable[..., Any] | None = None,
+        max_wait: float | timedelta | None = None,
+        keep: str | None = None,
     ) -> PgJobsTask:
         """Django's ``using()`` plus the per-call pgjobs options."""
         changes: dict[str, Any] = {
@@ -103,6 +113,10 @@ class PgJobsTask(Task):  # type: ignore[type-arg]  # generic in the stubs only: 
             "backend": backend,
             "max_attempts": max_attempts,
             "idempotency_key": idempotency_key,
+            "debounce": debounce,
+            "debounce_key": debounce_key,
+            "max_wait": max_wait,
+            "keep": keep,
         }
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 

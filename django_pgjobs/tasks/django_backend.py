@@ -20,6 +20,8 @@ from django.tasks.signals import task_enqueued
 
 from django_pgjobs import signals
 from django_pgjobs.conf import get_settings, suggest
+from django_pgjobs.jobs.debounce import OPTIONS as DEBOUNCE_OPTIONS
+from django_pgjobs.jobs.debounce import Debounce, check_call, check_debounce
 from django_pgjobs.jobs.enqueue import enqueue_one
 from django_pgjobs.support.validation import check_key, check_max_attempts, check_queue
 from django_pgjobs.tasks import bridge
@@ -29,6 +31,12 @@ OPTION_KEYS = frozenset({"max_attempts"})
 
 #: Largest value of a bigint primary key.
 _MAX_ID = 2**63 - 1
+
+
+def _debounce(task: Task[..., Any]) -> Debounce | None:
+    """The task's debounce options (a ``PgJobsTask``'s), validated."""
+    options = {name: getattr(task, name, None) for name in DEBOUNCE_OPTIONS}
+    return check_debounce(options, f"task {task.module_path}")
 
 
 class PgJobsBackend(BaseTaskBackend):
@@ -72,7 +80,17 @@ class PgJobsBackend(BaseTaskBackend):
             if max_attempts is not None:
                 check_max_attempts(max_attempts)
             check_key(getattr(task, "idempotency_key", None), "idempotency_key")
-        except ValueError as exc:
+            plan = _debounce(task)
+            if plan is not None:
+                check_call(
+                    {"idempotency_key": getattr(task, "idempotency_key", None)},
+                    f"task {task.module_path}",
+                )
+                if run_after is not None:
+                    raise ValueError(
+                        f"run_after cannot be given to a debounced task ({plan.seconds:g} s)"
+                    )
+        except (TypeError, ValueError) as exc:
             raise InvalidTask(f"{exc}.") from None
         for option in ("retry_on", "discard_on"):
             for item in getattr(task, option, ()):
@@ -108,6 +126,8 @@ class PgJobsBackend(BaseTaskBackend):
             "delay": delay,
             "max_attempts": getattr(task, "max_attempts", None) or self._option("max_attempts"),
             "idempotency_key": getattr(task, "idempotency_key", None),
+            # the task's own (its definition is shared by every copy of the task)
+            "debounce": _debounce(task),
         }
         job = enqueue_one(definition, job_args, job_kwargs, options, model=Job)
         base = bridge.task_for_name(job.task) or definition.task

@@ -120,8 +120,18 @@ def plain_job(x: int) -> int:
     return x * 2
 
 
+@task
+def reindex_doc(doc_id: int, version: int = 0) -> dict[str, int]:
+    """Debounced per call: ``.using(debounce=..., debounce_key=...)``."""
+    return {"doc_id": doc_id, "version": version}
+
+
 if django.VERSION >= (6, 1):
     # Django 6.1 passes extra @task keyword arguments to the backend's task_class.
+    @task(debounce=0.2, debounce_key="doc:{doc_id}", keep="first")
+    def reindex_doc_first(doc_id: int, version: int = 0) -> dict[str, int]:
+        return {"doc_id": doc_id, "version": version}
+
     @task(max_attempts=2, retry_on=RuntimeError)
     def fails_with_max_two() -> None:
         raise RuntimeError("fails")
