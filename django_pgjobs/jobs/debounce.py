@@ -3,7 +3,7 @@
 An enqueue of a debounced job while a job with its key is pending adds no row: it
 moves that job's ``run_at`` on to now + ``debounce`` (never past its first enqueue +
 ``max_wait``) and, with ``keep="latest"``, gives it the new arguments. This module
-validates the options and computes the key of one call.
+validates the options, computes the key of one call and runs the upsert.
 
 The key rides on the ``unique_while="pending"`` machinery: it is stored as the row's
 ``unique_key`` in the ``"pending:"`` mode, so the partial unique index of active keys
@@ -14,6 +14,7 @@ that makes a new job and leaves the running one alone.
 
 from __future__ import annotations
 
+import json
 import math
 import string
 from collections.abc import Callable, Mapping
@@ -21,11 +22,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db import connections
+
+from django_pgjobs.db.cursor import hot_cursor
+from django_pgjobs.db.job_insert import JOB_BY_UNIQUE_KEY, JOB_DEBOUNCE, insert_params
+from django_pgjobs.jobs.job_rows import columns, returning_rows, row_to_job
 from django_pgjobs.jobs.keys import bound_arguments, parameters
+from django_pgjobs.support import tracing
 from django_pgjobs.support.validation import MAX_DELAY, check_key
 
 if TYPE_CHECKING:
     from django_pgjobs.jobs.definition import JobDefinition
+    from django_pgjobs.models import Job
 
 #: What ``keep`` may be: the newest enqueue's arguments, or the first one's.
 KEEP = ("latest", "first")
@@ -182,3 +190,49 @@ def stored_key(
         raise TypeError(f"debounce_key of {definition.name} must give a string, got {value!r}")
     text = check_key(str(value), f"debounce_key of {definition.name}")
     return f"pending:{definition.name}:{text}"
+
+
+def enqueue(
+    definition: JobDefinition,
+    plan: Debounce,
+    texts: tuple[str, str],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    opts: dict[str, Any],
+    model: type[Job],
+    alias: str,
+) -> Job:
+    """Insert a debounced job, or move on the pending job that holds its key (one
+    upsert, JOB_DEBOUNCE); returns that job, as it is now. ``texts``: the arguments
+    checked and encoded; ``opts``: the call's options resolved, its keys computed."""
+    key = stored_key(definition, plan, args, kwargs)
+    params = insert_params(task=definition.name, args=texts[0], kwargs=texts[1])
+    for name in ("queue", "priority", "max_attempts", "timeout", "workflow_id"):
+        params[name] = opts[name]
+    for name in ("concurrency_key", "concurrency_limit", "fair_key"):
+        params[name] = opts.get(name)
+    params |= {"unique_key": key, "delay": plan.seconds, "max_wait": plan.bound}
+    params["keep_latest"] = plan.keep == "latest"
+    upsert = returning_rows(model, JOB_DEBOUNCE)
+    by_unique_key = returning_rows(model, JOB_BY_UNIQUE_KEY)
+    width = len(columns(model)[0])
+    with (
+        tracing.publish(definition.name, opts["queue"]) as publish,
+        hot_cursor(connections[alias]) as cursor,
+    ):
+        carrier = publish.carrier if publish is not None else None
+        params["trace_context"] = None if carrier is None else json.dumps(carrier)
+        # Nothing returned: a blocked workflow job holds the key (read it); it may
+        # finish, freeing the key, before the lookup: then try again.
+        for _ in range(3):
+            cursor.execute(upsert, params)
+            row = cursor.fetchone()
+            if row is None:
+                cursor.execute(by_unique_key, [key])
+                row = cursor.fetchone()
+            if row is not None:
+                job = row_to_job(model, alias, row)
+                if len(row) > width and row[width]:  # this enqueue inserted it
+                    job._pgjobs_inserted = True  # type: ignore[attr-defined]
+                return job
+    raise RuntimeError(f"could not enqueue {definition.name}: its debounce key stayed taken")

@@ -14,27 +14,24 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import JSONField
 from django.utils import timezone
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db.cursor import hot_cursor
-from django_pgjobs.db.epoch import from_epoch_us
 from django_pgjobs.db.job_insert import (
     DELAYED_RUN_AT,
     JOB_BY_KEY,
     JOB_BY_UNIQUE_KEY,
     JOB_COPY,
-    JOB_DEBOUNCE,
     insert_params,
     job_insert,
 )
 from django_pgjobs.db.notify import JOB_NOTIFY_DUE
 from django_pgjobs.jobs import debounce, keys, registry
 from django_pgjobs.jobs.definition import stored_timeout
+from django_pgjobs.jobs.job_rows import new_job, returning_rows, row_to_job
 from django_pgjobs.support import tracing
 from django_pgjobs.support.validation import (
     check_arguments,
@@ -58,21 +55,6 @@ BULK_BATCH = 5000
 #: The batch (``workflows.batch``) that jobs enqueued here join: its workflow row's
 #: id, set for the duration of a ``with batch(...)`` block in this context.
 CURRENT_BATCH: ContextVar[int | None] = ContextVar("pgjobs_current_batch", default=None)
-
-
-@functools.cache
-def _columns(model: type[Job]) -> tuple[list[str], str, str, frozenset[int], str]:
-    """The job model's attribute names, the two key lookups with its column list, the
-    positions of its JSON columns and the debounced upsert (the model is passed in:
-    this module sits below the models, which enqueue through it)."""
-    fields = model._meta.concrete_fields
-    attnames = [f.attname for f in fields]
-    columns = ", ".join(str(f.column) for f in fields)
-    json_positions = frozenset(i for i, f in enumerate(fields) if isinstance(f, JSONField))
-    by_key = JOB_BY_KEY.format(columns=columns)
-    by_unique_key = JOB_BY_UNIQUE_KEY.format(columns=columns)
-    upsert = JOB_DEBOUNCE.format(columns=columns)
-    return attnames, by_key, by_unique_key, json_positions, upsert
 
 
 def _json_text(value: list[Any] | dict[str, Any]) -> str:
@@ -105,92 +87,6 @@ def _checked_json(
         takes_context=definition.checked_takes_context,
     )
     return args_text, kwargs_text
-
-
-def _row_to_job(model: type[Job], alias: str, row: Sequence[Any]) -> Job:
-    attnames, _, _, json_positions, _ = _columns(model)
-    values: list[Any] = [
-        as_django_time(v) if isinstance(v, datetime) else v for v in row[: len(attnames)]
-    ]
-    for i in json_positions:  # Django's psycopg setup loads jsonb as text
-        if isinstance(values[i], str):
-            values[i] = json.loads(values[i])
-    return model.from_db(alias, attnames, values)
-
-
-def as_django_time(value: datetime) -> datetime:
-    """A time as the ORM returns it: aware with ``USE_TZ``, else naive in ``TIME_ZONE``
-    (so ``enqueue()`` and a fresh ``Job.objects.get()`` agree, and both compare with
-    ``timezone.now()``)."""
-    if not settings.USE_TZ and timezone.is_aware(value):
-        return timezone.make_naive(value, timezone.get_default_timezone())
-    return value
-
-
-def _from_epoch_us(microseconds: int) -> datetime:
-    value = from_epoch_us(microseconds)
-    if value is None:  # enqueue() writes only times a datetime holds
-        raise ValueError(f"the server returned a time no datetime holds: {microseconds}")
-    return as_django_time(value)
-
-
-def new_job(
-    model: type[Job],
-    alias: str,
-    row: Sequence[Any],
-    task: str,
-    opts: Mapping[str, Any],
-    args: list[Any],
-    kwargs: dict[str, Any],
-    trace_context: dict[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> Job:
-    """The inserted row, built from what we sent plus the server's (id, run_at,
-    created_at): returning and parsing every column is a real share of a single enqueue.
-    The other columns hold their db_default values (test_enqueue checks the two agree)
-    or, for a workflow job, ``overrides`` (status, workflow columns)."""
-    attnames = _columns(model)[0]
-    values = {
-        "id": row[0],
-        "task": task,
-        "queue": opts["queue"],
-        "priority": opts["priority"],
-        "args": args,
-        "kwargs": kwargs,
-        "status": "pending",
-        "run_at": _from_epoch_us(row[1]),
-        "created_at": _from_epoch_us(row[2]),
-        "started_at": None,
-        "finished_at": None,
-        "heartbeat_at": None,
-        "attempts": 0,
-        "max_attempts": opts["max_attempts"],
-        "lease": 0,
-        "worker": None,
-        "idempotency_key": opts["idempotency_key"],
-        "errors": [],
-        "last_error": None,
-        "timeout": opts["timeout"],
-        "concurrency_key": opts.get("concurrency_key"),
-        "concurrency_limit": opts.get("concurrency_limit"),
-        "fair_key": opts.get("fair_key"),
-        "unique_key": opts.get("unique_key"),
-        "trace_context": trace_context,
-        "workflow_id": opts.get("workflow_id"),
-        "node": None,
-        "waiting": None,
-        "failed_parents": None,
-        "cancelled_by": None,
-        "suspect": False,
-        "waiting_for": None,
-        "wakes": 0,
-        "debounce_until": None,
-        **(overrides or {}),
-    }
-    job = model.from_db(alias, attnames, [values[name] for name in attnames])
-    # A mark on this instance (an existing key's job has none), read by the Tasks backend.
-    job._pgjobs_inserted = True  # type: ignore[attr-defined]
-    return job
 
 
 def resolve_options(definition: JobDefinition, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,9 +135,12 @@ def enqueue_one(
     # A Tasks backend task's own debounce comes per call (its definition is shared).
     plan = options.get("debounce") or definition.debounce
     if plan is not None:
+        debounce.check_call(options, definition.name)
+        flow_keys(definition, args, kwargs, opts)
         texts = (args_text, kwargs_text)
-        return _debounced(definition, plan, args, kwargs, texts, options, opts, model, alias)
-    _, by_key, by_unique_key, _, _ = _columns(model)
+        return debounce.enqueue(definition, plan, texts, args, kwargs, opts, model, alias)
+    by_key = returning_rows(model, JOB_BY_KEY)
+    by_unique_key = returning_rows(model, JOB_BY_UNIQUE_KEY)
     flow = (
         definition.concurrency_key is not None
         or definition.unique_while is not None
@@ -297,54 +196,8 @@ def enqueue_one(
                     cursor.execute(lookup, [key])
                     row = cursor.fetchone()
                     if row is not None:
-                        return _row_to_job(model, alias, row)
+                        return row_to_job(model, alias, row)
     raise RuntimeError(failure)
-
-
-def _debounced(
-    definition: JobDefinition,
-    plan: debounce.Debounce,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    texts: tuple[str, str],
-    options: Mapping[str, Any],
-    opts: dict[str, Any],
-    model: type[Job],
-    alias: str,
-) -> Job:
-    """Insert a debounced job, or move on the pending job that holds its key (one
-    upsert, JOB_DEBOUNCE); returns that job, as it is now."""
-    debounce.check_call(options, definition.name)
-    keys.format_check(definition, args, kwargs)
-    ckey = keys.concurrency_key(definition, args, kwargs)
-    key = debounce.stored_key(definition, plan, args, kwargs)
-    limit = None if ckey is None else definition.concurrency_limit
-    params = insert_params(task=definition.name, args=texts[0], kwargs=texts[1])
-    params |= {name: opts[name] for name in ("queue", "priority", "max_attempts", "timeout")}
-    params |= {"workflow_id": opts["workflow_id"], "unique_key": key, "delay": plan.seconds}
-    params |= {"concurrency_key": ckey, "concurrency_limit": limit}
-    params |= {"max_wait": plan.bound, "keep_latest": plan.keep == "latest"}
-    attnames, _, by_unique_key, _, upsert = _columns(model)
-    with (
-        tracing.publish(definition.name, opts["queue"]) as publish,
-        hot_cursor(connections[alias]) as cursor,
-    ):
-        carrier = publish.carrier if publish is not None else None
-        params["trace_context"] = None if carrier is None else json.dumps(carrier)
-        # Nothing returned: a blocked workflow job holds the key (read it); it may
-        # finish, freeing the key, before the lookup: then try again.
-        for _ in range(3):
-            cursor.execute(upsert, params)
-            row = cursor.fetchone()
-            if row is None:
-                cursor.execute(by_unique_key, [key])
-                row = cursor.fetchone()
-            if row is not None:
-                job = _row_to_job(model, alias, row)
-                if len(row) > len(attnames) and row[len(attnames)]:  # this enqueue inserted it
-                    job._pgjobs_inserted = True  # type: ignore[attr-defined]
-                return job
-    raise RuntimeError(f"could not enqueue {definition.name}: its debounce key stayed taken")
 
 
 def flow_keys(

@@ -18,7 +18,8 @@ from django.db import connections, transaction
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db import workflows as workflow_db
-from django_pgjobs.jobs.enqueue import flow_keys, new_job, resolve_options
+from django_pgjobs.jobs.enqueue import flow_keys, resolve_options
+from django_pgjobs.jobs.job_rows import new_job
 from django_pgjobs.models import Job
 from django_pgjobs.support import tracing
 from django_pgjobs.workflows.runs import WorkflowRun
