@@ -2,7 +2,7 @@
 
 ``ALLOWED_TRANSITIONS`` lists every move and the ways it happens; the statements
 that make them live in ``db/``, each declaring its moves (``db/moves.py``). The
-transition tests (``tests/test_transitions.py``) are driven from this table, so a
+transition tests (``tests/db/test_transitions.py``) are driven from this table, so a
 statement that made a move not listed here would fail them, and the state diagram
 of ``docs/reference/schema.md`` is generated from it (``state_diagram``).
 """
@@ -48,7 +48,7 @@ _RETRY_TO_BLOCKED = f"{_RETRY} with parents unfinished"
 
 #: (from, to) -> the ways that move happens, each one edge of the schema page's diagram
 #: (``state_diagram``). Every statement that makes a move declares it next to its text
-#: (``db/moves.py``); tests/test_transitions.py holds the two to each other.
+#: (``db/moves.py``); tests/db/test_transitions.py holds the two to each other.
 ALLOWED_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (JobStatus.PENDING, JobStatus.RUNNING): ("claim (attempts + 1, lease + 1)",),
     (JobStatus.RUNNING, JobStatus.COMPLETED): ("returned (result stored)",),
@@ -100,7 +100,7 @@ def can_move(src: str, dst: str) -> bool:
 
 def state_diagram() -> str:
     """The Mermaid diagram of ``ALLOWED_TRANSITIONS`` that ``docs/reference/schema.md``
-    shows (tests/test_transitions.py keeps the page equal to it)."""
+    shows (tests/db/test_transitions.py keeps the page equal to it)."""
     lines = [
         "stateDiagram-v2",
         "    [*] --> pending: enqueue",

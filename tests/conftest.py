@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -14,7 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 from tests.dbrig import use_chosen_database
 
@@ -26,6 +33,47 @@ ROOT = Path(__file__).resolve().parent.parent
 # test run takes SIGINT back (Python's handler here, the default in its children).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: The tiers are folders of tests/, from the fastest: unit (no database), db (the
+#: database, in-process), process (real runjobs processes and scripts), browser
+#: (headless Chromium), faults (the fault suite). The helpers they share live here
+#: and in the modules beside this one.
+TIERS = ("unit", "db", "process", "browser", "faults")
+#: The fixtures that reach the test database.
+DB_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server", "admin_client"}
+
+
+def tier_errors(items: list[pytest.Item]) -> list[str]:
+    """Each test that sits in the wrong tier, and why: a unit test that reaches the
+    database, a ``process`` or ``browser`` test outside the tiers that run them, a
+    test outside the tiers' folders."""
+    errors = []
+    for item in items:
+        parts = Path(str(item.path)).relative_to(ROOT).parts
+        if parts[0] != "tests":
+            continue
+        tier = parts[1] if len(parts) > 2 else None
+        if tier not in TIERS:
+            errors.append(f"{item.nodeid}: not in a tier's folder (tests/{'|'.join(TIERS)})")
+        elif tier == "unit" and (
+            item.get_closest_marker("django_db")
+            or DB_FIXTURES & set(getattr(item, "fixturenames", ()))
+        ):
+            errors.append(f"{item.nodeid}: reaches the database; its tier is tests/db")
+        elif item.get_closest_marker("process") and tier not in ("process", "browser", "faults"):
+            errors.append(f"{item.nodeid}: marked process; its tier is tests/process")
+        elif item.get_closest_marker("browser") and tier != "browser":
+            errors.append(f"{item.nodeid}: marked browser; its tier is tests/browser")
+    return errors
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test in the wrong tier stops the run, naming it: `scripts/dev test` runs the
+    fast tiers by folder, and the unit tier runs with no database at all."""
+    errors = tier_errors(items)
+    if errors:
+        raise pytest.UsageError("tests in the wrong tier:\n  " + "\n  ".join(errors))
 
 
 @pytest.fixture(scope="session")
@@ -124,6 +172,42 @@ def scratch_db(other_connection: psycopg.Connection) -> Iterator[Callable[[], st
     yield make
     for name in made:
         other_connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def table() -> Iterator[str]:
+    """A table ``left_open`` for jobs to write in, dropped after the test (a transaction
+    left open on it fails the drop rather than hanging it)."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE left_open (n int)")
+    yield "left_open"
+    # async jobs' shared ORM connection outlives the test (no request ends on its
+    # thread); closed, the test database can be dropped
+    asyncio.run(sync_to_async(lambda: connection.close(), thread_sensitive=True)())
+    with connection.cursor() as cursor:
+        # a transaction left open holds the table: fail here rather than hang
+        cursor.execute("SET lock_timeout = '10s'")
+        cursor.execute("DROP TABLE left_open")
+        cursor.execute("RESET lock_timeout")
+
+
+def reset_tracer_provider() -> None:
+    # The API lets a process set its provider once; tests need a fresh one each.
+    trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans of the test's process, in memory (OpenTelemetry's SDK exporter)."""
+    reset_tracer_provider()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    yield exporter
+    provider.shutdown()
+    reset_tracer_provider()
 
 
 class WorkerProcess:

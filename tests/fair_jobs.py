@@ -1,4 +1,4 @@
-"""Jobs of the fair-share tests (tests/test_fair.py, tests/test_fair_process.py):
+"""Jobs of the fair-share tests (tests/db/test_fair.py, tests/process/test_fair_process.py):
 workers load them only with PGJOBS_TEST_FAIR=1 (tests/settings.py). Each returns its
 start time, so a test reads the order jobs started in across workers."""
 

@@ -28,7 +28,7 @@ def by_account(payload: dict[str, str]) -> None:
 
 @job(concurrency_key="wf:{group}", concurrency_limit=1)
 def keyed_step(group: str, seconds: float = 0.0) -> dict[str, float]:
-    """A workflow node with a concurrency key (tests/test_workflows.py)."""
+    """A workflow node with a concurrency key (tests/db/test_workflows.py)."""
     return timed(seconds)
 
 
@@ -41,7 +41,7 @@ def keyed_sleeper(context: JobContext, key: str, seconds: float) -> None:
 @job(max_attempts=3, timeout=30, concurrency_key="neighbour:{key}", concurrency_limit=1)
 async def async_keyed_sleep(key: str, seconds: float) -> list[float]:
     """An async neighbour with a timeout and a concurrency key
-    (tests/test_async_cancel_all.py)."""
+    (tests/process/test_async_cancel_all.py)."""
     start = time.time()
     await asyncio.sleep(seconds)
     return [start, time.time()]

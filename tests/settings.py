@@ -116,7 +116,7 @@ PGJOBS = {
         else []
     ),
 }
-if os.environ.get("PGJOBS_TEST_METRICS_PORT"):  # tests/test_metrics_process.py
+if os.environ.get("PGJOBS_TEST_METRICS_PORT"):  # tests/process/test_metrics_process.py
     PGJOBS["METRICS_PORT"] = int(os.environ["PGJOBS_TEST_METRICS_PORT"])
 
 LOGGING = {
@@ -136,12 +136,12 @@ TEMP_DIR = tempfile.gettempdir()
 
 if os.environ.get("PGJOBS_TEST_BATCH_ABANDONED_AFTER"):  # tests/faults/matrix_cells.py
     PGJOBS["BATCH_ABANDONED_AFTER"] = float(os.environ["PGJOBS_TEST_BATCH_ABANDONED_AFTER"])
-if os.environ.get("PGJOBS_TEST_HEALTH_STUCK_AFTER"):  # tests/test_liveness.py
+if os.environ.get("PGJOBS_TEST_HEALTH_STUCK_AFTER"):  # tests/process/test_liveness.py
     PGJOBS["HEALTH_STUCK_AFTER"] = float(os.environ["PGJOBS_TEST_HEALTH_STUCK_AFTER"])
-if os.environ.get("PGJOBS_TEST_METRICS_ADDRESS"):  # tests/test_metrics_bounded.py
+if os.environ.get("PGJOBS_TEST_METRICS_ADDRESS"):  # tests/process/test_metrics_bounded.py
     PGJOBS["METRICS_ADDRESS"] = os.environ["PGJOBS_TEST_METRICS_ADDRESS"]
 if os.environ.get("PGJOBS_TEST_OTEL_FILE"):
-    # A runjobs subprocess of tests/test_tracing.py: export its spans to this file.
+    # A runjobs subprocess of tests/db/test_tracing.py: export its spans to this file.
     from tests.otel_export import install
 
     install(os.environ["PGJOBS_TEST_OTEL_FILE"])

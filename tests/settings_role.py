@@ -2,7 +2,7 @@
 (Django's ``OPTIONS["assume_role"]``: ``SET ROLE`` on each connection): the login
 role has no privilege on the job tables, the assumed role has them. The roles are
 named by ``PGJOBS_TEST_LOGIN_ROLE`` and ``PGJOBS_TEST_OWNER_ROLE``
-(tests/test_assume_role.py makes them)."""
+(tests/process/test_assume_role.py makes them)."""
 
 import os
 

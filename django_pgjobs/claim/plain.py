@@ -44,7 +44,7 @@ from django_pgjobs.states import JobStatus
 # enqueue into a new table, autovacuum not run) is estimated at a few rows per
 # page, and the prepared statement's generic plan became a hash join over a
 # sequential scan of the whole table, a cost per claim that grew with the table
-# (tests/test_perf_plans.py pins the plan).
+# (tests/db/test_perf_plans.py pins the plan).
 #
 # ``heartbeat_at`` is the clock when the row is claimed, not the transaction's start
 # (``started_at``): a limited claim first waits for the flow lock (limited.py),

@@ -416,7 +416,7 @@ def environment_errors() -> list[SettingsError]:
 
 def reference_tables() -> str:
     """The generated block of ``docs/reference/settings.md``: every key, then every
-    environment variable (``tests/test_settings_page.py`` keeps the page equal to it)."""
+    environment variable (``tests/unit/test_settings_page.py`` keeps the page equal to it)."""
     lines = [
         "| Key | Type | Default | Check | Meaning |",
         "|---|---|---|---|---|",

@@ -17,7 +17,7 @@ several (select-then-update, update-then-insert). Locking rules, used everywhere
 Statements run in autocommit unless the caller has a transaction open (enqueue
 joins the caller's transaction on purpose). Every statement that moves a job from
 one status to another declares its moves next to its text (``moves.declare``);
-``tests/test_transitions.py`` holds them to ``states.ALLOWED_TRANSITIONS``.
+``tests/db/test_transitions.py`` holds them to ``states.ALLOWED_TRANSITIONS``.
 
 This package imports no model: the claim's inner query, compiled from
 ``Job.objects.claimable()``, is put together one layer up (``claim/compiled.py``).

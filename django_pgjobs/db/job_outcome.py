@@ -25,7 +25,7 @@ def _lock_ours(source: str) -> str:
     # One probe of the primary key per id, in id order (the nested loop keeps the
     # sorted outer's order): a join left to the planner hash-joined a sequential
     # scan of every running row, a cost that grows with the running jobs and slowed
-    # the whole drain (tests/test_perf_plans.py).
+    # the whole drain (tests/db/test_perf_plans.py).
     return f"""SELECT l.id FROM (SELECT id, lease FROM {source} ORDER BY id) o
      CROSS JOIN LATERAL (
         SELECT j.id FROM {JOB} j
@@ -103,7 +103,7 @@ SELECT id, lease, true FROM adopted
 # updated through a join on ``d`` and relied on the plan to meet the rows in id
 # order; on a small or freshly analysed table PostgreSQL chose a hash join over a
 # sequential scan, locked in the heap's order, and deadlocked with cancels and
-# heartbeats (tests/test_lock_order.py). The explicit lock costs one more WAL
+# heartbeats (tests/db/test_lock_order.py). The explicit lock costs one more WAL
 # record per row, a small price for a lock order that holds whatever the plan.
 _COMPLETE_ITEMS = f"""d AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])

@@ -2,7 +2,7 @@
 
 Each module of ``db/`` declares, right after a statement's text, the moves that
 statement can make (``declare("JOB_RETRY", (RUNNING, PENDING), (RUNNING, DEAD))``).
-``tests/test_transitions.py`` holds the declarations to ``states.ALLOWED_TRANSITIONS``
+``tests/db/test_transitions.py`` holds the declarations to ``states.ALLOWED_TRANSITIONS``
 both ways: every declared move is allowed, and every allowed move has a statement.
 """
 

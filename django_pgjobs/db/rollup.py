@@ -65,7 +65,7 @@ SELECT m.rolled_from, m.rolled_to, now(),
 # waits; a bare ON CONFLICT waits for the transaction that updated the conflicting row.
 # Either wait held every other worker's maintenance thread, and their reaper with it,
 # so the frozen worker's jobs were never reclaimed (both seen in CI behind pgbouncer;
-# tests/test_rollup.py).
+# tests/db/test_rollup.py).
 ROLLUP_MARK_INSERT = f"""
 INSERT INTO {ROLLUP_MARK} (id)
 SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM {ROLLUP_MARK} WHERE id = 1)

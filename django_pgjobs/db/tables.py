@@ -38,7 +38,7 @@ UNIQUE_ACTIVE_INDEX = "pgjobs_job_unique_active_uniq"
 # That scan walks every running row plus the dead index entries of every job that
 # passed through running (or, for the completed check, every completed row of the
 # history), a cost per completion batch that grows with the table and slows a drain
-# several times over. tests/test_perf_plans.py pins the plans.
+# several times over. tests/db/test_perf_plans.py pins the plans.
 def by_id_is(*statuses: str, column: str = "status") -> str:
     if len(statuses) == 1:
         return f"{column} = '{statuses[0]}' COLLATE \"C\""

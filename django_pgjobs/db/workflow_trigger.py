@@ -153,7 +153,7 @@ LANGUAGE plpgsql
 -- Plan each statement once per session: planning the release statement (two joins
 -- of the jobs table and its nine indexes) cost several times its run at every call
 -- (a custom plan per call for the array parameters); the generic
--- plans probe the same indexes (tests/test_workflow_scale.py).
+-- plans probe the same indexes (tests/db/test_workflow_scale.py).
 SET plan_cache_mode = force_generic_plan
 -- ... and never by a sequential scan: every statement here finds its rows by id
 -- (the parents' edges by their parent index, jobs and batches by primary key). A

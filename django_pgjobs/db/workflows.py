@@ -204,7 +204,7 @@ SELECT e.parent_id, e.child_id, e.position, e.on_parent_failure, e.receives
 
 # The admin's workflow page and list. Reads only, each bounded in
 # rows by its parameters, through the workflow index (pgjobs_job_workflow_idx) and
-# the edges' primary key; tests/test_workflow_admin_plans.py pins the plans.
+# the edges' primary key; tests/db/test_workflow_admin_plans.py pins the plans.
 
 # A run's nodes by status: the exact progress of one run (its page), one pass over
 # the run's index entries.

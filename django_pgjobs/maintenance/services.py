@@ -72,7 +72,7 @@ def maintenance_threads(
     """The reaper in a thread (and on a connection) of its own, the other passes in
     another: a pass that waits on a lock, for a worker frozen inside its transaction
     say, must not hold up the reclaiming of that very worker's jobs (a rollup pass once
-    did, tests/test_rollup.py)."""
+    did, tests/db/test_rollup.py)."""
     reaping = [s for s in services if s.name == Reaper.name]
     others = [s for s in services if s.name != Reaper.name]
     threads = [MaintenanceThread(reaping, stop, alias, name="pgjobs-reaper")] if reaping else []

@@ -697,7 +697,7 @@ NOT_RUNTIME = {
     " queue claims by name from claim.PENDING_QUEUES instead (Claimant)",
     "db.ENQUEUE_FUNCTION": "migration DDL (0002), runs once at migrate",
     "db.JOB_ADVANCE_WAITING": "testing.run_jobs(advance=) only: a test's own clock, in the"
-    " test's transaction (tests/test_durable_steps.py)",
+    " test's transaction (tests/db/test_durable_steps.py)",
     "db.ENQUEUE_FUNCTION_DROP": "migration DDL (reverse of 0002)",
     "db.JOB_HEARTBEAT_PULSE": "run by the heartbeat process alone (pulse.py: psycopg without"
     " Django), only while its worker is late; faulted there as pulse:JOB_HEARTBEAT_PULSE (rows"

@@ -16,7 +16,7 @@ from typing import Any
 from tests.model import jobs
 
 #: Combinations main does not handle yet. Their ops stay out of the
-#: mix; each has an xfail(strict) test (tests/test_model.py). When a fix lands,
+#: mix; each has an xfail(strict) test (tests/process/test_model.py). When a fix lands,
 #: delete its entry: the op joins the mix and its xfail test turns into a failure
 #: (strict), to be deleted too.
 KNOWN_BROKEN: dict[str, str] = {}

@@ -45,8 +45,8 @@ class ModelFailure(AssertionError):
 
 def replay_hint(seed: int, broken: frozenset[str]) -> str:
     if broken:
-        return f"(a known-broken scenario: tests/test_model.py::test_known_broken[{min(broken)}])"
-    return f"PGJOBS_MODEL_SEED={seed} scripts/dev test tests/test_model.py -k scenarios"
+        return f"(a known-broken scenario: tests/process/test_model.py::test_known_broken[{min(broken)}])"
+    return f"PGJOBS_MODEL_SEED={seed} scripts/dev test tests/process/test_model.py -k scenarios"
 
 
 def settled(world: World) -> bool:

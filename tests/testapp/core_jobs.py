@@ -1,5 +1,5 @@
 """Jobs for the worker's error-path, timeout and async tests (tests/faults/test_worker_errors.py,
-tests/test_async_jobs.py)."""
+tests/db/test_async_jobs.py)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def nap(seconds: float) -> None:
 
 
 # Hostile jobs: what a job may do to the worker's
-# event loop and process; tests/test_hostile_jobs.py.
+# event loop and process; tests/process/test_hostile_jobs.py.
 
 
 @job(max_attempts=1)

@@ -388,7 +388,7 @@ def echo_value(*args: Any, **kwargs: Any) -> Any:
     return {"args": list(args), "kwargs": kwargs}
 
 
-# -- metrics and tracing (tests/test_metrics*.py, tests/test_tracing.py)
+# -- metrics and tracing (tests/test_metrics*.py, tests/db/test_tracing.py)
 
 
 @job(queue="traced", max_attempts=2)
@@ -407,7 +407,7 @@ def times_out(seconds: float) -> None:
     time.sleep(seconds)
 
 
-# -- suspects run alone (tests/test_suspects.py)
+# -- suspects run alone (tests/process/test_suspects.py)
 
 
 @job(max_attempts=2)

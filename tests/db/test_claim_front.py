@@ -1,0 +1,422 @@
+"""The claim front (``claim/front.py``): a worker's claims start past the claim-index
+entries of the jobs it already claimed, and never past a job that is pending and due."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from django_pgjobs import claim
+from django_pgjobs.claim import front as claim_front
+from django_pgjobs.claim.claimant import Claimant
+from django_pgjobs.claim.front import SLACK, UNPROBED_AFTER, ClaimFront
+from django_pgjobs.claim.plain import pending_queues
+from django_pgjobs.claim.probe import FRONT_PROBE_ALL, FRONT_PROBE_QUEUES, front_probe
+from django_pgjobs.db.notify import Payload, parse_payload
+from django_pgjobs.db.tables import JOB
+from django_pgjobs.models import Job
+from django_pgjobs.worker import Worker
+from tests.conftest import dsn, wait_until
+from tests.db.test_perf_plans import HISTORY, _fill, _plan
+from tests.testapp import jobs
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+
+def test_the_bound_moves_only_after_a_claim_that_took_less_than_it_asked() -> None:
+    front = ClaimFront(sweep_every=1e9)
+    assert front.bound() is None  # the first claim reads the whole index
+    front.claimed([at(5), at(3), at(9)], asked=10)  # it took every due job it saw
+    assert front.since() == at(3) - SLACK
+    assert front.bound() == at(3) - SLACK
+    front.claimed([at(20)] * 10, asked=10)  # full: older jobs of lower priority may wait
+    assert front.since() == at(3) - SLACK
+    front.claimed([], asked=10)  # nothing: nothing learnt
+    assert front.since() == at(3) - SLACK
+    front.claimed([at(1)], asked=10)  # the bound may move back too
+    assert front.since() == at(1) - SLACK
+
+
+def test_a_notification_lowers_the_bound_and_one_of_unknown_time_clears_it() -> None:
+    front = ClaimFront(sweep_every=1e9)
+    front.bound()
+    front.claimed([at(100)], asked=2)
+    front.heard(at(120))  # later than the bound: no change
+    assert front.since() == at(100) - SLACK
+    front.heard(at(50))  # committed late: enqueued before the bound
+    assert front.since() == at(50) - SLACK
+    front.heard(None)  # a NOTIFY that does not say when (a resume, pgjobs_enqueue)
+    assert front.since() is None
+
+
+def test_a_notification_during_a_claim_is_not_lost_when_the_claim_reports() -> None:
+    """The job may have committed after the claim's snapshot: the claim did not see it,
+    so the bound the claim reports must stay below it."""
+    front = ClaimFront(sweep_every=1e9)
+    front.bound()
+    front.claimed([at(100)], asked=2)
+    front.bound()  # a claim starts...
+    front.heard(at(150))  # ...a job due at 150 commits meanwhile...
+    front.claimed([at(200)], asked=2)  # ...and the claim took only a later one
+    assert front.since() == at(150) - SLACK
+    front.bound()
+    front.heard(None)
+    front.claimed([at(300)], asked=2)
+    assert front.since() is None
+
+
+def test_the_whole_index_is_read_every_sweep() -> None:
+    clock = Clock()
+    front = ClaimFront(sweep_every=10.0, clock=clock)
+    assert front.bound() is None
+    front.claimed([at(0)], asked=2)
+    clock.now = 9.9
+    assert front.bound() == at(0) - SLACK
+    clock.now = 10.0
+    assert front.bound() is None
+    clock.now = 15.0
+    assert front.bound() == at(0) - SLACK
+
+
+def test_a_probe_lowers_the_bound_to_what_it_found_and_stands_in_for_the_sweep() -> None:
+    clock = Clock()
+    front = ClaimFront(sweep_every=20.0, clock=clock)
+    assert front.bound() is None
+    front.claimed([at(100)], asked=2)
+    clock.now = 15.0
+    since, began = front.probe_begins()
+    assert (since, began) == (at(100) - SLACK, 15.0)
+    front.probed(None, began)  # nothing before the bound
+    assert front.since() == at(100) - SLACK
+    clock.now = 30.0  # 20 s since the first claim, 15 since the probe began
+    assert front.bound() == at(100) - SLACK
+    since, began = front.probe_begins()
+    front.probed(at(40), began)  # a job nobody announced
+    assert front.since() == at(40) - SLACK
+    clock.now = 50.0  # no probe for 20 s: the claim reads the whole index again
+    assert front.bound() is None
+
+
+def test_a_probe_while_a_claim_runs_is_not_lost_when_the_claim_reports() -> None:
+    front = ClaimFront(sweep_every=1e9)
+    front.bound()
+    front.claimed([at(100)], asked=2)
+    front.bound()  # a claim starts...
+    _, began = front.probe_begins()
+    front.probed(at(60), began)  # ...the probe finds an older job meanwhile...
+    front.claimed([at(200)], asked=2)  # ...and the claim, which did not see it, reports
+    assert front.since() == at(60) - SLACK
+
+
+def test_a_probe_without_a_bound_reads_nothing() -> None:
+    front = ClaimFront(sweep_every=20.0)
+    since, _ = front.probe_begins()
+    assert since is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "parsed"),
+    [
+        ("emails", Payload("emails")),
+        ("", Payload("")),
+        ("pgjobs:queues", Payload("pgjobs:queues")),
+        ("emails,1796300000000000", Payload("emails", datetime.fromtimestamp(1796300000, tz=UTC))),
+        ("emails,-1000000", Payload("emails", datetime.fromtimestamp(-1, tz=UTC))),
+        (
+            "emails,1796300000000000,-7",
+            Payload("emails", datetime.fromtimestamp(1796300000, tz=UTC), -7),
+        ),
+        ("emails,x", Payload("emails,x")),
+        ("emails,1796300000000000,x", Payload("emails,1796300000000000,x")),
+        ("a,1,2,3", Payload("a,1,2,3")),
+    ],
+)
+def test_payloads(payload: str, parsed: Payload) -> None:
+    assert parse_payload(payload) == parsed
+
+
+# -- what it saves -------------------------------------------------------------------------
+
+
+def _returned() -> int:
+    """Claim-index entries handed to the executor so far in this transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_tuples_returned('pgjobs_job_claim_idx'::regclass)")
+        return int(cursor.fetchone()[0])
+
+
+def _pending(count: int, age: float, queue: str = "front") -> None:
+    """``count`` pending jobs due ``age`` seconds ago, one millisecond apart."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
+            " SELECT 'tests.testapp.jobs.noop', %s, 0, '[]', '{}', 3,"
+            "        now() - make_interval(secs => %s) + g * interval '1 millisecond'"
+            "   FROM generate_series(1, %s) AS g",
+            [queue, age, count],
+        )
+
+
+@pytest.mark.django_db
+def test_a_bounded_claim_does_not_read_the_rows_of_jobs_claimed_before() -> None:
+    """The entries of claimed jobs stay in the claim index until VACUUM (here: claimed
+    in this transaction, so nothing can remove them, as under a held horizon). A claim
+    from the start hands each one to the executor, which reads its row; a claim bounded
+    past them checks them on the index entry and hands over only the live ones."""
+    _pending(2000, age=3600)
+    while claim.claim(connection, worker="w", queues=["front"], n=500):
+        pass
+    _pending(3, age=0.5)
+    with transaction.atomic():
+        before = _returned()
+        unbounded = claim.claim(connection, worker="w", queues=["front"], n=10)
+        read_unbounded = _returned() - before
+        transaction.set_rollback(True)
+    since = min(c.run_at for c in unbounded if c.run_at is not None) - SLACK
+    before = _returned()
+    bounded = claim.claim(connection, worker="w", queues=["front"], n=10, since=since)
+    read_bounded = _returned() - before
+    assert sorted(c.id for c in bounded) == sorted(c.id for c in unbounded)
+    assert len(bounded) == 3
+    assert read_unbounded >= 2000, read_unbounded
+    assert read_bounded <= 10, read_bounded
+
+
+@pytest.mark.django_db
+def test_the_queue_list_starts_at_the_bound_and_is_read_again_for_an_earlier_one() -> None:
+    """A worker of every queue claims from the queues with pending jobs at or past its
+    bound; a claim with an earlier bound (a sweep) reads the list again."""
+    _pending(1, age=3600, queue="old")
+    _pending(1, age=0, queue="new")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now() - interval '60 seconds'")
+        bound = cursor.fetchone()[0]
+    assert pending_queues(connection, bound) == ["new"]
+    assert pending_queues(connection) == ["new", "old"]
+    state = Claimant(None, refresh=1e9, worker="w")
+    state.keyed = False  # the test app's keyed tasks would make every claim limited
+    assert state.claim_options(connection, bound)["queues"] == ["new"]
+    assert state.claim_options(connection, bound + timedelta(seconds=1))["queues"] == ["new"]
+    assert state.claim_options(connection, None)["queues"] == ["new", "old"]
+
+
+@pytest.mark.django_db
+def test_a_notified_queue_joins_the_queue_list_without_a_read() -> None:
+    """A NOTIFY comes with a job of its queue: an every-queue worker adds the queue to
+    its list instead of reading the list again (a read walks the claim index's entries
+    before the bound); a reconnected LISTEN ("") makes it read the list again."""
+    _pending(1, age=0, queue="new")
+    state = Claimant(None, refresh=1e9, notified=True, worker="w")
+    state.keyed = False
+    assert state.claim_options(connection)["queues"] == ["new"]
+    state.saw_queue("another")
+    state.saw_queue("new")
+    with CaptureQueriesContext(connection) as queries:
+        assert state.claim_options(connection)["queues"] == ["another", "new"]
+    assert len(queries) == 0
+    state.saw_queue("")
+    assert state.claim_options(connection)["queues"] == ["new"]
+
+
+# -- with a worker -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker_thread() -> Iterator[Worker]:
+    yield from _running(
+        Worker(queues=["front"], maintenance=False, concurrency=2, poll_interval=0.2)
+    )
+
+
+def _running(worker: Worker) -> Iterator[Worker]:
+    """``worker`` run in a thread of the test, stopped afterwards."""
+    # The test app registers tasks with a concurrency key, which send every claim
+    # through the limited claim (it ranks every pending job and takes no bound); a
+    # site without them claims like this.
+    worker.claimant.keyed = False
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def _status(job_id: int) -> str:
+    return Job.objects.filter(id=job_id).values_list("status", flat=True).get()
+
+
+def _advanced(worker: Worker) -> datetime:
+    """Jobs run until the worker's claims have a bound; the bound."""
+    front = worker.claimant.front
+    assert front is not None
+    for _ in range(3):
+        job = jobs.noop.using(queue="front").enqueue()
+        wait_until(lambda job=job: _status(job.id) == "completed", message="a job to run")
+    wait_until(lambda: front.since() is not None, message="the bound to move")
+    since = front.since()
+    assert since is not None
+    return since
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_enqueued_in_a_transaction_begun_long_ago_runs_at_once(worker_thread: Worker) -> None:
+    """Its run_at (the transaction's start) lies behind the bound when it commits; its
+    NOTIFY says so, and the next claim starts far enough back. Without that it would
+    wait for the worker's next sweep (10 s)."""
+    since = _advanced(worker_thread)
+    job = jobs.noop.using(queue="front", run_at=since - timedelta(minutes=5)).enqueue()
+    wait_until(lambda: _status(job.id) == "completed", timeout=5, message="the late job to run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_behind_the_bound_that_nobody_announced_runs_at_the_next_sweep(
+    worker_thread: Worker,
+) -> None:
+    """A row written without a NOTIFY that says when (raw SQL here, with no NOTIFY at
+    all) is found when the worker reads the whole index again."""
+    since = _advanced(worker_thread)
+    job_id = _unannounced("front", since - timedelta(minutes=5))
+    wait_until(lambda: _status(job_id) == "completed", timeout=25, message="the sweep to find it")
+
+
+def _unannounced(queue: str, run_at: datetime, priority: int = 0) -> int:
+    """A pending no-op job inserted by hand: no NOTIFY at all."""
+    with psycopg.connect(dsn(), autocommit=True) as other:
+        row = other.execute(
+            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
+            " VALUES ('tests.testapp.jobs.noop', %s, %s, '[]', '{}', 3, %s) RETURNING id",
+            [queue, priority, run_at],
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def probing_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
+    """A worker whose maintenance runs the claim front's probe alone, every 0.3 s."""
+    monkeypatch.setattr(claim_front, "PROBE_EVERY", 0.3)
+    worker = Worker(queues=["front"], services=[], concurrency=2, poll_interval=0.2)
+    assert [s.name for s in worker.services] == ["claim front"]
+    yield from _running(worker)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_behind_the_bound_that_nobody_announced_is_found_by_the_probe(
+    probing_worker: Worker,
+) -> None:
+    """The same row as above, found by the maintenance thread's probe: within a few of
+    its intervals, long before the claims' own sweep (UNPROBED_AFTER, 20 s) is due."""
+    front = probing_worker.claimant.front
+    assert front is not None and front.sweep_every == UNPROBED_AFTER
+    since = _advanced(probing_worker)
+    job_id = _unannounced("front", since - timedelta(minutes=5))
+    # A pending job of another queue before the bound is not this worker's.
+    elsewhere = _unannounced("not-front", since - timedelta(minutes=9))
+    wait_until(lambda: _status(job_id) == "completed", timeout=8, message="the probe to find it")
+    wait_until(lambda: front.since() is not None, message="the bound to move again")
+    assert probing_worker.counts["completed"] == 4
+    assert _status(elsewhere) == "pending"
+
+
+@pytest.mark.django_db
+def test_the_probe_reads_the_jobs_of_the_workers_queues_and_tasks() -> None:
+    """FRONT_PROBE_*: the oldest pending run_at before the bound, in scope."""
+    old = jobs.noop.using(queue="front", run_at=at(-60)).enqueue()
+    jobs.noop.using(queue="front", run_at=at(-30)).enqueue()
+    jobs.noop.using(queue="elsewhere", run_at=at(-90)).enqueue()
+    jobs.add.using(queue="front", run_at=at(-120)).enqueue(1, 2)
+    late = jobs.noop.using(queue="front", run_at=at(10)).enqueue()
+    Job.objects.filter(id=old.id).update(status="completed", finished_at=at(0))
+    noop, add = jobs.noop.definition.name, jobs.add.definition.name
+
+    def oldest(since: datetime, queues: list[str] | None, tasks: list[str] | None) -> Any:
+        return front_probe(connection, since, queues, tasks).oldest
+
+    assert oldest(at(0), ["front"], None) == at(-120)
+    assert oldest(at(0), ["front"], [noop]) == at(-30)
+    assert oldest(at(0), None, [noop]) == at(-90)
+    assert oldest(at(0), None, [noop, add]) == at(-120)
+    assert oldest(at(-200), None, None) is None
+    assert oldest(at(-30), ["front"], [noop]) is None  # strictly before
+    Job.objects.filter(run_at__lt=at(0)).update(status="cancelled", finished_at=at(0))
+    assert oldest(at(20), ["front"], [noop]) == late.run_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_front_compares_aware_times_when_use_tz_is_off() -> None:
+    """Under ``USE_TZ = False`` Django loads timestamps naive; the NOTIFY's times are
+    aware. The claim and the probe return run_at as epoch microseconds, so every
+    time the front compares is aware UTC (a naive one raised TypeError there)."""
+    with override_settings(USE_TZ=False):
+        connection.close()  # a new connection, with Django's USE_TZ = False loaders
+        job = jobs.noop.enqueue()
+        Job.objects.filter(id=job.id).update(queue="front")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT run_at FROM django_pgjobs_job WHERE id = %s", [job.id])
+            assert cursor.fetchone()[0].tzinfo is None  # the ORM's view: naive
+            cursor.execute(f"UPDATE {JOB} SET run_at = %s WHERE id = %s", [at(-60), job.id])
+        probed = front_probe(connection, at(0), ["front"], None).oldest
+        [claimed] = claim.claim(connection, worker="w", queues=["front"], n=2)
+        front = ClaimFront(sweep_every=1e9)
+        assert front.bound() is None  # a claim begins (the first reads the whole index)
+        front.heard(parse_payload(f"front,{int(at(-10).timestamp() * 1e6)},0").due)
+        front.claimed([claimed.run_at], asked=2)  # type: ignore[list-item]
+        front.probed(probed, began=0.0)
+    connection.close()
+    assert probed == claimed.run_at == at(-60)
+    assert probed is not None and probed.utcoffset() == timedelta(0)
+    assert front.since() == at(-60) - SLACK
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [None, ["default"]], ids=["every-queue", "one-queue"])
+def test_the_probe_checks_its_bound_on_the_claim_index_entries(queues: list[str] | None) -> None:
+    """The probe reads the claim index and checks ``run_at < since`` on its entries, so
+    the live backlog behind the bound costs no visit to its rows; history never. (The
+    planner takes a bitmap scan here: it visits the rows found in page order.)"""
+    _fill(HISTORY, 1000)
+    statement = FRONT_PROBE_ALL if queues is None else FRONT_PROBE_QUEUES
+    params = {"since": datetime.now(UTC) - timedelta(minutes=5), "queues": queues, "tasks": None}
+    plan = json.loads(_plan(statement, params))
+    scans = _index_scans(plan[0]["Plan"])
+    assert {s["Index Name"] for s in scans} == {"pgjobs_job_claim_idx"}, plan
+    # Before the bound: an index scan or a bitmap scan (which then visits the rows
+    # found in page order). From the bound on (the priorities, and without queues the
+    # queue list): loose index scans, each a probe that starts at its queue.
+    assert sum("run_at <" in s["Index Cond"] for s in scans) == 1, plan
+    assert all("run_at >=" in s["Index Cond"] for s in scans if "run_at <" not in s["Index Cond"])
+    assert '"Seq Scan"' not in json.dumps(plan), plan
+
+
+def _index_scans(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node] if "Index Name" in node else []
+    for child in node.get("Plans", []):
+        found += _index_scans(child)
+    return found
