@@ -1,4 +1,4 @@
-"""Chunk handlers for tests/test_chunks.py and tests/test_chunks_process.py (loaded
+"""Chunk handlers for tests/db/test_chunks.py and tests/process/test_chunks_process.py (loaded
 by PGJOBS["JOB_MODULES"], so ``runjobs`` workers know them too).
 
 Each handler records its call in ``CALLS`` (the job ids it got, the process that

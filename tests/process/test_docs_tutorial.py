@@ -201,7 +201,7 @@ def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
             )
         # The how-tos' blocks marked `doc-test: tutorial-project PATH` (test-your-jobs.md)
         # are tests for this project: write them and run them with Django's runner.
-        from tests.test_docs_blocks import tutorial_project_files
+        from tests.db.test_docs_blocks import tutorial_project_files
 
         files = tutorial_project_files()
         assert "shop/tests.py" in files

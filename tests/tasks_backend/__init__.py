@@ -1,1 +1,2 @@
-"""Tests of the django.tasks backend (Django >= 6.0; the import test runs everywhere)."""
+"""Helpers of the django.tasks backend's tests (``tests/*/test_tasks_backend_*.py``): its settings,
+the tasks they enqueue, and draining them (Django >= 6.0)."""

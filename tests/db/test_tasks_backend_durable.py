@@ -16,8 +16,7 @@ from django.tasks import TaskResultStatus
 import django_pgjobs
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
-
-from . import tasks as t
+from tests.tasks_backend import tasks as t
 
 pytestmark = pytest.mark.django_db
 
