@@ -21,9 +21,8 @@ from django.tasks import TaskResultStatus
 from django.tasks.exceptions import InvalidTask
 
 from django_pgjobs.models import Job
-
-from . import tasks as t
-from .helpers import drain
+from tests.tasks_backend import tasks as t
+from tests.tasks_backend.helpers import drain
 
 pytestmark = pytest.mark.django_db
 
