@@ -89,7 +89,7 @@ PGJOBS = {
     "REAPER_INTERVAL": 0.5,
     "POLL_INTERVAL": 0.5,
     "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),
-    # tests/test_liveness_process.py: the worker's heartbeat process off ("0").
+    # tests/process/test_heartbeat_process.py: the worker's heartbeat process off ("0").
     "HEARTBEAT_PROCESS": os.environ.get("PGJOBS_TEST_HEARTBEAT_PROCESS", "1") == "1",
     "BACKOFF_BASE": 0.05,
     "BACKOFF_CAP": 0.2,

@@ -388,7 +388,7 @@ def echo_value(*args: Any, **kwargs: Any) -> Any:
     return {"args": list(args), "kwargs": kwargs}
 
 
-# -- metrics and tracing (tests/test_metrics*.py, tests/db/test_tracing.py)
+# -- metrics and tracing (tests/*/test_metrics*.py, tests/*/test_tracing*.py)
 
 
 @job(queue="traced", max_attempts=2)
