@@ -21,8 +21,8 @@ from django.db import connection, connections
 from django_pgjobs import claim
 from django_pgjobs.models import Job, Worker
 from django_pgjobs.testing import run_jobs
+from tests.admin_rows import wait_stuck
 from tests.conftest import ROOT, wait_until
-from tests.db.test_admin_support import wait_stuck
 from tests.testapp.jobs import add, always_fails, flaky_until, send_email
 
 pytestmark = [pytest.mark.browser, pytest.mark.process]

@@ -24,8 +24,7 @@ from django_pgjobs.db.job_outcome import job_complete_many, job_heartbeat
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker.loop import Worker
-from tests.conftest import wait_until
-from tests.db.test_admin_support import (
+from tests.admin_rows import (
     REAP,
     cancelled,
     changelist_url,
@@ -38,6 +37,7 @@ from tests.db.test_admin_support import (
     running,
     wait_stuck,
 )
+from tests.conftest import wait_until
 from tests.testapp.jobs import add, flaky_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

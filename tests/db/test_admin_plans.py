@@ -23,7 +23,7 @@ from django.urls import reverse
 from django_pgjobs.admin import job_list
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.maintenance.rollup import Rollup
-from tests.db.test_admin_support import OVERVIEW, changelist_url, text
+from tests.admin_rows import OVERVIEW, changelist_url, text
 from tests.testapp.jobs import add, discard_me, noop, send_email
 
 pytestmark = pytest.mark.django_db

@@ -104,7 +104,7 @@ def test_every_caller_chunks_with_the_one_constant(
 ) -> None:
     """The queryset, the admin's actions and the commands retry and cancel through
     ``operations`` (one CHUNK, one fenced statement per chunk)."""
-    from tests.db.test_admin_support import post_action
+    from tests.admin_rows import post_action
 
     monkeypatch.setattr(operations, "CHUNK", 2)
     ids = [make_job(JobStatus.DEAD).pk for _ in range(5)]

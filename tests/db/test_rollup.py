@@ -29,7 +29,7 @@ from django_pgjobs.db.tables import JOB, MINUTE, ROLLUP_MARK
 from django_pgjobs.maintenance import rollup as rollup_module
 from django_pgjobs.maintenance.rollup import RETENTION, Rollup
 from django_pgjobs.states import JobStatus
-from tests.db.test_admin_support import OVERVIEW
+from tests.admin_rows import OVERVIEW
 from tests.freeze import frozen_after, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
