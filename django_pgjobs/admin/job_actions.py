@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
+from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import reverse
@@ -21,6 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from django_pgjobs.admin.job_list import is_job_id
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.durable import job_wake_now
 from django_pgjobs.jobs import operations
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import Job
@@ -35,7 +37,7 @@ NAMED = 20
 class JobActions(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     """The actions part of ``JobAdmin`` (``jobs.py``); each needs the "change" permission."""
 
-    actions = ("retry_now", "cancel_jobs")
+    actions = ("retry_now", "cancel_jobs", "wake_now")
 
     def response_action(
         self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
@@ -120,6 +122,15 @@ class JobActions(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the 
         ids = self._selected_ids(request, queryset)
         changed = operations.cancel(ids, using=queryset.db)
         self._report(request, "Cancelled", ids, changed, {}, queryset.db)
+
+    @admin.action(
+        description="Wake now (waiting → pending: a sleep ends now, a wait looks again)",
+        permissions=["change"],
+    )
+    def wake_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = self._selected_ids(request, queryset)
+        changed = job_wake_now(connections[queryset.db], ids)
+        self._report(request, "Woke", ids, changed, {}, queryset.db)
 
     def reap_view(self, request: HttpRequest) -> HttpResponse:
         """POST: reclaim every stuck job now (the reaper's fenced statement)."""

@@ -144,6 +144,36 @@ SELECT count(*) FROM woken WHERE (SELECT count(*) FROM told) >= 0
 """
 declare("JOB_WAKE_DUE", (WAITING, PENDING))
 
+# Wake now (the admin's action): the selected waiting jobs back to pending, due now,
+# locked in id order (the one lock order of every multi-row write); a sleep they
+# recorded ends now, so the next run passes it, and a wait looks again. ``wakes`` is
+# bumped like every wake's, and the queues' workers are told at commit.
+JOB_WAKE_NOW = f"""
+WITH mine AS (
+    SELECT id FROM {JOB}
+     WHERE id = ANY(%(ids)s::bigint[]) AND {by_id_is(WAITING)}
+     ORDER BY id
+       FOR NO KEY UPDATE
+), woken AS (
+    UPDATE {JOB} AS j
+       SET status = '{PENDING}', run_at = now(), waiting_for = NULL, wakes = j.wakes + 1
+      FROM mine WHERE j.id = mine.id
+    RETURNING j.id, j.queue, j.priority, j.run_at
+), ended AS (
+    UPDATE {STEP} AS s
+       SET result = jsonb_set(s.result, '{{until}}', to_jsonb(now()))
+      FROM woken WHERE s.job_id = woken.id AND s.kind = 'sleep'
+       AND (s.result->>'until')::timestamptz > now()
+    RETURNING s.id
+), told AS (
+    SELECT DISTINCT ON (queue, priority)
+           pg_notify('{NOTIFY_CHANNEL}', {due_payload("queue", "run_at", "priority")})
+      FROM woken ORDER BY queue, priority
+)
+SELECT id FROM woken WHERE (SELECT count(*) FROM told) + (SELECT count(*) FROM ended) >= 0
+"""
+declare("JOB_WAKE_NOW", (WAITING, PENDING))
+
 # testing.run_jobs(advance=): a waiting job's clock moved forward by %(secs)s
 # seconds: its wake time, and the wake time its sleeps recorded, that much earlier.
 # A test helper (no lock order to keep: a test drives one job at a time).
@@ -274,6 +304,13 @@ def job_wake_due(connection: Connection, *, limit: int = 1000) -> int:
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_WAKE_DUE, {"limit": limit})
         return int(cursor.fetchone()[0])
+
+
+def job_wake_now(connection: Connection, ids: Sequence[int]) -> set[int]:
+    """JOB_WAKE_NOW: wake the waiting jobs of ``ids`` now; the ids woken."""
+    with hot_cursor(connection) as cursor:
+        cursor.execute(JOB_WAKE_NOW, {"ids": list(ids)})
+        return {int(row[0]) for row in cursor.fetchall()}
 
 
 def job_advance_waiting(

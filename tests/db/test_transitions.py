@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from django_pgjobs import claim, db
 from django_pgjobs.claim.plain import CLAIM_STATEMENTS
-from django_pgjobs.db.durable import job_park, job_wake_due
+from django_pgjobs.db.durable import job_park, job_wake_due, job_wake_now
 from django_pgjobs.db.job_admin import job_cancel, job_retry_now
 from django_pgjobs.db.job_outcome import (
     job_complete_many,
@@ -257,6 +257,13 @@ OPS = [
         "wake_due",
         ("JOB_WAKE_DUE",),
         lambda j: job_wake_due(connection),
+        {JobStatus.WAITING: JobStatus.PENDING},
+        counts=frozenset({"wakes"}),
+    ),
+    Op(
+        "wake_now",
+        ("JOB_WAKE_NOW",),
+        lambda j: job_wake_now(connection, [j.id]),
         {JobStatus.WAITING: JobStatus.PENDING},
         counts=frozenset({"wakes"}),
     ),

@@ -180,10 +180,13 @@ def run(action: str, arg: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "n": n}
         except Exception as exc:  # noqa: BLE001
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    if action in ("cancel_selected", "retry_selected"):
-        return _admin_action(
-            {"cancel_selected": "cancel_jobs", "retry_selected": "retry_now"}[action], arg["ids"]
-        )
+    if action in ("cancel_selected", "retry_selected", "wake_selected"):
+        names = {
+            "cancel_selected": "cancel_jobs",
+            "retry_selected": "retry_now",
+            "wake_selected": "wake_now",
+        }
+        return _admin_action(names[action], arg["ids"])
     if action in ("cancel_command", "retry_command"):
         command = {"cancel_command": "cancel_jobs", "retry_command": "retry_jobs"}[action]
         ids = ",".join(str(i) for i in arg["ids"])

@@ -259,6 +259,14 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
             STEP, allowed=("completed", "dead"), extra="'dead', 5, 3, 'ghost', now(), now(), now()"
         )
         arg = {"ids": [dead]}
+    elif action == "wake_selected":
+        # waiting for two seconds: woken now, or (the wake failed) by the wake pass
+        waiting = s.insert(STEP, extra="'waiting', 0, 1, 'ghost', now(), now(), NULL")
+        s.db.execute(
+            "UPDATE django_pgjobs_job SET run_at = now() + interval '2 seconds' WHERE id = %s",
+            [waiting],
+        )
+        arg = {"ids": [waiting]}
     elif action == "send_signal":
         arg = {"id": s.insert(STEP, allowed=("completed",)), "key": "hook-1"}
     elif action == "run_jobs":

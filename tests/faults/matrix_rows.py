@@ -514,6 +514,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("admin: cancel", "db.JOB_CANCEL", "driver", action="cancel_selected"),
     Row("admin: retry", "db.JOB_RETRY_NOW", "driver", action="retry_selected"),
+    Row("admin: wake now", "db.JOB_WAKE_NOW", "driver", action="wake_selected"),
     Row(
         "admin: retry's lock on unique keys",
         "db.RETRY_KEY_LOCK",
@@ -547,6 +548,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("admin: cancel, every read", "*read", "driver", action="cancel_selected", times=0),
     Row("admin: retry, every read", "*read", "driver", action="retry_selected", times=0),
+    Row("admin: wake now, every read", "*read", "driver", action="wake_selected", times=0),
     Row("cancel_jobs: cancel", "db.JOB_CANCEL", "driver", action="cancel_command"),
     Row(
         "cancel_jobs: cancel a running keyed job (its slot held)",

@@ -215,6 +215,7 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
     dead = scenario.insert(STEP, extra="'dead', 5, 3, 'ghost', now(), now(), now()")
     job2 = scenario.insert(STEP)
     dead2 = scenario.insert(STEP, extra="'dead', 5, 3, 'ghost', now(), now(), now()")
+    waiting = scenario.insert(STEP, extra="'waiting', 0, 1, 'ghost', now(), now(), NULL")
     actions: list[tuple[str, dict[str, Any]]] = [
         ("enqueue_twice", {"key": "cap"}),
         ("enqueue_debounced", {}),
@@ -226,6 +227,7 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
         ("retry_selected", {"ids": [dead]}),
         ("cancel_command", {"ids": [job2]}),
         ("retry_command", {"ids": [dead2]}),
+        ("wake_selected", {"ids": [waiting]}),
         ("run_jobs", {}),
         ("send_signal", {"id": scenario.insert(STEP), "key": "capture"}),
         ("emit_event", {}),
