@@ -17,13 +17,9 @@ A block is covered when it is
 from __future__ import annotations
 
 import re
-import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import django
 import pytest
 from django.db import connection, transaction
 
@@ -34,7 +30,6 @@ FENCE = re.compile(
     r"^(?P<fence>`{3,}|~{3,})(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S
 )
 MARKER = re.compile(r"<!--\s*(doc-test|not-run):\s*(.*?)\s*-->\s*$", re.S)
-RUNNABLE = ("settings", "jobs", "sql", "command", "tutorial-project")
 
 
 @dataclass
@@ -75,33 +70,6 @@ def blocks() -> list[Block]:
     return out
 
 
-def run_by_tutorial(block: Block) -> bool:
-    if block.page.parent.name != "tutorial" or not re.match(r"\d", block.page.name):
-        return False
-    if block.lang == "console":
-        return True
-    return block.lang == "python" and bool(
-        re.match(r"# \S+\.py( \(add at the end\))?\n", block.body)
-    )
-
-
-def test_every_block_is_covered() -> None:
-    problems = []
-    for block in blocks():
-        if block.marker == "not-run":
-            if len(block.arg) < 10:
-                problems.append(f"{block.where}: not-run needs a reason")
-        elif block.marker == "doc-test":
-            if block.arg.split()[0] not in RUNNABLE:
-                problems.append(f"{block.where}: unknown doc-test kind {block.arg!r}")
-        elif not run_by_tutorial(block):
-            problems.append(
-                f"{block.where}: ```{block.lang} block neither runs in a test nor "
-                "says why not (<!-- doc-test: KIND --> or <!-- not-run: REASON -->)"
-            )
-    assert not problems, "\n".join(problems)
-
-
 def marked(kind: str) -> list[Block]:
     return [b for b in blocks() if b.marker == "doc-test" and b.arg.split()[0] == kind]
 
@@ -111,54 +79,6 @@ def _ids(items: list[Block]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- runners
-
-
-def _namespace(block: Block) -> dict[str, Any]:
-    from django_pgjobs import job
-
-    name = "docs_" + re.sub(r"\W", "_", block.where)
-    module = types.ModuleType(name)
-    sys.modules[name] = module
-    namespace = module.__dict__
-    namespace.update(
-        job=job,
-        INSTALLED_APPS=["django.contrib.admin"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.postgresql"}},
-    )
-    return namespace
-
-
-@pytest.mark.parametrize("block", marked("settings"), ids=_ids(marked("settings")))
-def test_settings_blocks_are_valid_settings(block: Block) -> None:
-    """Executed as a settings file; its ``PGJOBS`` passes the system check's validation."""
-    from django_pgjobs.conf import settings_errors
-
-    namespace = _namespace(block)
-    exec(compile(block.body, block.where, "exec"), namespace)  # noqa: S102
-    assert isinstance(namespace["DATABASES"], dict)
-    if "PGJOBS" in namespace:
-        assert [str(e) for e in settings_errors(namespace["PGJOBS"])] == []
-    if "TASKS" in namespace and django.VERSION >= (6, 0):  # the Tasks framework's Django
-        from django.utils.module_loading import import_string
-
-        for config in namespace["TASKS"].values():
-            import_string(config["BACKEND"])
-
-
-@pytest.mark.parametrize("block", marked("jobs"), ids=_ids(marked("jobs")))
-def test_job_definitions_register(block: Block) -> None:
-    """Executed as a jobs module: every ``@job`` in it is valid and registers."""
-    from django_pgjobs.jobs import registry
-
-    before = {d.name for d in registry.all_definitions()}
-    namespace = _namespace(block)
-    try:
-        exec(compile(block.body, block.where, "exec"), namespace)  # noqa: S102
-        added = {d.name for d in registry.all_definitions()} - before
-        assert added, f"{block.where}: no @job was registered"
-    finally:
-        for name in {d.name for d in registry.all_definitions()} - before:
-            registry.unregister(name)
 
 
 @pytest.mark.django_db
