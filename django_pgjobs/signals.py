@@ -14,6 +14,8 @@ job_timed_out      job_id, task, queue, attempt, lease, worker, retry_in
 job_released       job_id, task, queue, attempt, lease, worker  (given back at
                    shutdown, or after another job cancelled its async task; attempt
                    not counted)
+job_parked         job_id, task, queue, attempt, lease, worker, until, waiting_for
+                   (a durable run ended in a sleep or a wait; attempt not counted)
 job_fenced         job_id, task, queue, lease, worker, write  (a zombie's refused write)
 jobs_reaped        jobs (list of (id, task, new status)), worker
 =================  ===========================================================
@@ -40,6 +42,7 @@ jobs_reaped = Signal()
 jobs_claimed = Signal()
 job_released = Signal()
 job_timed_out = Signal()
+job_parked = Signal()
 
 
 def send(signal: Signal, sender: Any = None, **kwargs: Any) -> None:

@@ -43,7 +43,7 @@ from django_pgjobs.health.queue_stats import QueueSample, QueueStatsRefresher, c
 logger = logging.getLogger("django_pgjobs")
 
 #: Values of the ``outcome`` label of ``pgjobs_jobs_finished_total``.
-OUTCOMES = ("completed", "retried", "dead", "fenced", "released", "timed_out")
+OUTCOMES = ("completed", "retried", "dead", "fenced", "released", "timed_out", "parked")
 #: Values of the ``state`` label of ``pgjobs_queue_jobs``. ``due`` is the part of
 #: ``pending`` whose run_at has passed, ``stuck`` the part of ``running`` whose
 #: heartbeat is stale: sum only pending, running, blocked (workflow jobs waiting
@@ -236,6 +236,7 @@ class WorkerMetrics:
             (signals.job_dead, functools.partial(self._on_outcome, "dead")),
             (signals.job_timed_out, functools.partial(self._on_outcome, "timed_out")),
             (signals.job_released, functools.partial(self._on_outcome, "released")),
+            (signals.job_parked, functools.partial(self._on_outcome, "parked")),
             (signals.job_fenced, functools.partial(self._on_outcome, "fenced")),
         ]
 

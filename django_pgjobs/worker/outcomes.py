@@ -255,9 +255,9 @@ def report(claimed: Claimed, outcome: Outcome, *, ours: bool, worker: str | None
         signals.send(signals.job_released, **base)
         return
     if outcome.kind == "waiting":
-        logger.debug(
-            "job %s (%s) %s", claimed.id, claimed.task, outcome.extra["parked"], extra=extra
-        )
+        parked = outcome.extra["parked"]
+        logger.debug("job %s (%s) %s", claimed.id, claimed.task, parked, extra=extra)
+        signals.send(signals.job_parked, until=parked.until, waiting_for=parked.waiting_for, **base)
         return
     if outcome.kind == "completed":
         logger.debug("job %s (%s) completed", claimed.id, claimed.task, extra=extra)

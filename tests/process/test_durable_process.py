@@ -20,6 +20,7 @@ from django.db import connection
 from django_pgjobs.models import Job, JobStep
 from tests import durable_jobs
 from tests.conftest import WorkerProcess, wait_until
+from tests.process.test_metrics_process import free_port, get, scrape
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -96,13 +97,7 @@ def test_a_frozen_zombie_atomic_step_is_fenced_and_its_rows_roll_back(
     try:
         wait_until(lambda: (tmp_path / "frozen").exists(), message="the first run to freeze")
         b = start_worker("--queues", "durable-proc", "--concurrency", "1")
-        try:
-            done = wait_status(job.id, "completed", timeout=90)
-        except AssertionError:
-            print("A:", a.output()[-3000:])
-            print("B:", b.output()[-5000:])
-            print(Job.objects.filter(id=job.id).values())
-            raise
+        done = wait_status(job.id, "completed", timeout=90)
         assert done.lease == 3 and f":{b.pid}:" in (done.worker or "")
         before = list(Group.objects.filter(name__startswith="zombie-").values_list("name"))
         assert before == [("zombie-lease-3",)]
@@ -219,3 +214,42 @@ def test_chaos_kills_and_zombies_leave_every_atomic_step_once_and_every_result_s
             assert [stored["charge"], stored["ship"], stored["review"]] == list(answers)
     finally:
         query("DROP TABLE IF EXISTS chaos_rows")
+
+
+def test_a_worker_with_every_job_asleep_reports_every_slot_free(start_worker: Start) -> None:
+    """500 sleeping jobs on a worker of 4 slots: all of them parked, none in flight (the
+    worker's own gauge), and the queue's gauge counts them as waiting, not running."""
+    port = free_port()
+    durable_jobs.sleeps.enqueue_many([(3600,)] * 500)
+    start_worker(
+        "--metrics-port",
+        str(port),
+        "--concurrency",
+        "4",
+        env={"PGJOBS_METRICS_INTERVAL": "0.2"},
+    )
+    wait_until(
+        lambda: Job.objects.filter(status="waiting").count() == 500,
+        timeout=120,
+        message="every sleeper parked",
+    )
+
+    def idle() -> bool:
+        samples, _ = scrape(port)
+        return (
+            get(samples, "pgjobs_worker_inflight") == 0
+            and get(samples, "pgjobs_queue_jobs", queue="durable", state="waiting") == 500
+            and get(samples, "pgjobs_queue_jobs", queue="durable", state="running") == 0
+        )
+
+    wait_until(idle, timeout=20, message="the worker's gauges: no slot taken, 500 waiting")
+    samples, _ = scrape(port)
+    parked = get(
+        samples,
+        "pgjobs_jobs_finished_total",
+        task=durable_jobs.sleeps.name,
+        queue="durable",
+        outcome="parked",
+    )
+    assert parked == 500
+    assert Job.objects.filter(status="waiting", attempts=0).count() == 500
