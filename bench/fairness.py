@@ -2,6 +2,8 @@
 fair claim's plan on a large table.
 
     DATABASE_URL=postgres://... scripts/dev python bench/fairness.py drain [--backlog 100000]
+    DATABASE_URL=postgres://... scripts/dev python bench/fairness.py weights [--secs 60]
+    DATABASE_URL=postgres://... scripts/dev python bench/fairness.py plain --other DIR
     DATABASE_URL=postgres://... scripts/dev python bench/fairness.py explain [--rows 1000000]
 
 ``drain``: tenant A enqueues --backlog jobs (one COPY), two plain ``runjobs`` start,
@@ -12,6 +14,14 @@ and A's drain rate (jobs completed per second from A's first start to its last
 finish). Run once with the fair task (``tests.fair_jobs.tenant_job``, a fair key per
 tenant) and once with the same task without a fair key (``unfair_tenant_job``, the
 FIFO baseline), alternating --reps times; the ratio of A's rates is taken within a rep.
+
+``weights``: tenants A and B each enqueue --backlog jobs, the queue row gives A the
+weight 3, two plain ``runjobs`` drain for --secs seconds; prints the jobs of each
+tenant started in that window and their ratio (3 wanted).
+
+``plain``: --backlog no-op jobs without fair keys drained by two plain ``runjobs`` of
+this checkout and of --other (a checkout of another commit: its ``runjobs`` runs with
+that code on this database), alternating --reps times; prints each drain's rate.
 
 ``explain``: --rows pending jobs over --keys fair keys in one queue, VACUUM ANALYZE,
 then ``EXPLAIN (ANALYZE, BUFFERS)`` of the fair claim of 10 jobs from a cursor in the
@@ -58,18 +68,18 @@ SMALL_TENANTS = "bcdefghijk"
 def reset() -> None:
     with connection.cursor() as cur:
         cur.execute(
-            f"TRUNCATE {JOB}, django_pgjobs_jobresult, django_pgjobs_queue, django_pgjobs_worker"
+            f"TRUNCATE {JOB}, django_pgjobs_jobresult, django_pgjobs_queue, django_pgjobs_worker CASCADE"
         )
         cur.execute(f"VACUUM ANALYZE {JOB}")
 
 
-def start_workers(queue: str, count: int) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start_workers(queue: str, count: int, root: Path = ROOT) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
     return [
         subprocess.Popen(
             [sys.executable, "-m", "django", "runjobs", "--queues", queue],
             env=env,
-            cwd=ROOT,
+            cwd=root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -85,6 +95,11 @@ def stop(workers: list[subprocess.Popen[bytes]]) -> None:
             w.wait(timeout=30)
         except subprocess.TimeoutExpired:
             w.kill()
+
+
+def check_alive(workers: list[subprocess.Popen[bytes]]) -> None:
+    if any(w.poll() is not None for w in workers):
+        raise RuntimeError("a worker exited (is the database migrated?)")
 
 
 def completed(task: str, tenant: str | None = None) -> int:
@@ -108,6 +123,7 @@ def one_drain(fair: bool, args: argparse.Namespace) -> dict[str, float]:
         while completed(func.name, "a") < args.warm:
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not start draining")
+            check_alive(workers)
             time.sleep(0.05)
         for tenant in SMALL_TENANTS[: args.tenants]:
             for i in range(args.small):
@@ -152,9 +168,67 @@ def drain(args: argparse.Namespace) -> None:
     say(f"median ratio {statistics.median(ratios):.2f}")
 
 
+def weights(args: argparse.Namespace) -> None:
+    from django_pgjobs.models import Queue
+
+    reset()
+    Queue.objects.create(name="fair", weights={"tenant:a": 3})
+    for tenant in "ab":
+        fair_jobs.tenant_job.enqueue_many([(tenant, i) for i in range(args.backlog)])
+    workers = start_workers("fair", args.workers)
+    try:
+        while completed(fair_jobs.tenant_job.name) < args.warm:
+            check_alive(workers)
+            time.sleep(0.05)
+        time.sleep(args.secs)
+    finally:
+        stop(workers)
+    with connection.cursor() as cur:
+        # the window: from the warm-up's end to --secs later, by the claims' own time
+        cur.execute(
+            f"WITH w AS (SELECT min(started_at) + make_interval(secs => %s) AS a FROM {JOB})"
+            f" SELECT args ->> 0, count(*) FROM {JOB}, w WHERE started_at >= w.a"
+            "   AND started_at < w.a + make_interval(secs => %s) GROUP BY 1 ORDER BY 1",
+            [args.secs / 10, args.secs * 0.8],
+        )
+        counts = dict(cur.fetchall())
+    a, b = counts.get("a", 0), counts.get("b", 0)
+    say(f"started in the window: a {a:,}, b {b:,}; a/b {a / max(b, 1):.3f} (3 wanted)")
+
+
+def plain(args: argparse.Namespace) -> None:
+    from tests.testapp import jobs
+
+    rates: dict[str, list[float]] = {"this": [], "other": []}
+    roots = {"this": ROOT, "other": Path(args.other).resolve()}
+    for rep in range(args.reps):
+        for side in ("this", "other") if rep % 2 == 0 else ("other", "this"):
+            reset()
+            jobs.noop.enqueue_many([() for _ in range(args.backlog)])
+            began = time.monotonic()
+            workers = start_workers("default", args.workers, roots[side])
+            try:
+                while completed(jobs.noop.name) < args.backlog:
+                    if time.monotonic() - began > 600:
+                        raise RuntimeError("the drain did not finish in 10 minutes")
+                    check_alive(workers)
+                    time.sleep(0.1)
+            finally:
+                stop(workers)
+            with connection.cursor() as cur:
+                cur.execute(
+                    "SELECT count(*) / extract(epoch FROM max(finished_at) - min(started_at))"
+                    f" FROM {JOB}"
+                )
+                rates[side].append(float(cur.fetchone()[0]))
+            say(f"rep {rep + 1} {side}: {rates[side][-1]:,.0f} jobs/s")
+    ratios = [t / o for t, o in zip(rates["this"], rates["other"], strict=True)]
+    say(f"this / other per rep: {', '.join(f'{x:.2f}' for x in ratios)}")
+
+
 def fill(rows: int, keys: int) -> None:
     with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {JOB}, django_pgjobs_queue")
+        cur.execute(f"TRUNCATE {JOB}, django_pgjobs_queue CASCADE")
         cur.execute(
             f"INSERT INTO {JOB} (task, queue, priority, run_at, fair_key, kwargs)"
             " SELECT %(task)s, 'fair', 0, now() - interval '1 minute',"
@@ -226,12 +300,22 @@ def main() -> None:
     d.add_argument("--small", type=int, default=10)
     d.add_argument("--workers", type=int, default=2)
     d.add_argument("--reps", type=int, default=1)
+    w = sub.add_parser("weights")
+    w.add_argument("--backlog", type=int, default=200_000)
+    w.add_argument("--warm", type=int, default=2_000)
+    w.add_argument("--secs", type=float, default=60.0)
+    w.add_argument("--workers", type=int, default=2)
+    p = sub.add_parser("plain")
+    p.add_argument("--other", required=True)
+    p.add_argument("--backlog", type=int, default=100_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--reps", type=int, default=4)
     e = sub.add_parser("explain")
     e.add_argument("--rows", type=int, default=1_000_000)
     e.add_argument("--keys", type=int, default=1_000)
     e.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    drain(args) if args.mode == "drain" else explain(args)
+    {"drain": drain, "weights": weights, "plain": plain, "explain": explain}[args.mode](args)
 
 
 if __name__ == "__main__":
