@@ -87,8 +87,8 @@ ALLOWED_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
         "a parent it was released without was retried (not claimed yet)",
     ),
     # Durable jobs (django_pgjobs/durable/): a run parks between its steps.
-    (JobStatus.RUNNING, JobStatus.WAITING): ("parked: a sleep or a wait (attempt not counted)",),
-    (JobStatus.WAITING, JobStatus.PENDING): ("woken: its time came, a signal or an event",),
+    (JobStatus.RUNNING, JobStatus.WAITING): ("parked by a sleep or a wait (attempt not counted)",),
+    (JobStatus.WAITING, JobStatus.PENDING): ("woken by its time, a signal or an event",),
     (JobStatus.WAITING, JobStatus.CANCELLED): (_CANCEL,),
 }
 

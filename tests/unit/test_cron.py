@@ -150,6 +150,7 @@ def test_default_services_include_pruner_and_ticker() -> None:
     with override_settings(PGJOBS={"CRON": cron}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
             "reaper",
+            "wakes",
             "pruner",
             "cron",
             "unknown-tasks",
@@ -160,6 +161,7 @@ def test_default_services_include_pruner_and_ticker() -> None:
     with override_settings(PGJOBS={"CRON": cron, "CRON_ENGINE": "pg_cron"}):
         assert [s.name for s in default_services(alias="default", worker="w")] == [
             "reaper",
+            "wakes",
             "pruner",
             "unknown-tasks",
             "workflow repair",
