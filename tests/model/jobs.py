@@ -66,6 +66,21 @@ def chunk(items: list[ChunkItem]) -> dict[int, int]:
     return {item.job_id: item.args[0] for item in items}
 
 
+@job(
+    queue=PLAIN,
+    takes_context=True,
+    debounce=0.3,
+    debounce_key="model-debounce:{key}",
+    max_wait=1.0,
+    max_attempts=ATTEMPTS,
+)
+def debounce(context: JobContext, tag: int, seconds: float, key: str) -> int:
+    """Debounced, keeping the latest arguments: its result is the tag of the last
+    enqueue that joined it while it was pending."""
+    _run(context, "debounce", None, seconds)
+    return tag
+
+
 @job(queue=PLAIN, takes_context=True, unique_while="active", max_attempts=ATTEMPTS)
 def unique(context: JobContext, tag: int, seconds: float) -> int:
     _run(context, "unique", None, seconds)

@@ -179,6 +179,25 @@ def _with_chunk(seed: int, plan: list[Op]) -> list[Op]:
     return [*plan[:at], Op("enqueue", args), *plan[at:]]
 
 
+#: The debounced kind: one burst of enqueues of one key per scenario, drawn apart like
+#: the chunk handler's (``_with_debounce``).
+DEBOUNCE = "debounce"
+
+
+def _with_debounce(seed: int, plan: list[Op]) -> list[Op]:
+    """A burst of enqueues of one debounce key, at a place of its own generator's
+    choosing: they join one pending job (a new one once a worker started it), which
+    runs with the last arguments it was given; a second burst after a pause, half the
+    time, finds the first one's job pending, running or done."""
+    rng = random.Random(f"{DEBOUNCE}:{seed}")
+    burst = {"kind": DEBOUNCE, "count": rng.choice((3, 5, 8)), "seconds": 0.2, "key": "d"}
+    ops = [Op("enqueue", burst)]
+    if rng.random() < 0.5:
+        ops += [Op("wait", {"seconds": rng.choice((0.2, 0.5))}), Op("enqueue", dict(burst))]
+    at = rng.randrange(len(plan) + 1)
+    return [*plan[:at], *ops, *plan[at:]]
+
+
 def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) -> list[Op]:
     """The steps of a scenario. ``broken``: the known-broken ops to mix in anyway
     (the xfail tests); the others stay out while they are in KNOWN_BROKEN."""
@@ -219,7 +238,7 @@ def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) ->
             plan.append(Op(name, {}))
         else:
             plan.append(Op("wait", {"seconds": rng.choice((0.2, 0.5, 1.0, 2.0))}))
-    plan = _with_chunk(seed, _with_hostile(seed, plan))
+    plan = _with_debounce(seed, _with_chunk(seed, _with_hostile(seed, plan)))
     # Each known-broken op asked for comes first, beside innocent jobs claimed with it
     # (two attempts each, as in the issue's findings, so a scenario shows it quickly).
     prelude: list[Op] = []

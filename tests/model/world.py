@@ -50,6 +50,7 @@ FUNCTIONS: dict[str, Any] = {
     "loop": jobs.aloop,
     "cancelall": jobs.acancel,
     "chunk": jobs.chunk,
+    "debounce": jobs.debounce,
 }
 
 
@@ -215,12 +216,17 @@ class World:
             args: list[Any] = [self.tags]
             if kind not in ("crash", "loop", "cancelall"):
                 args.append(seconds)
-            kwargs = {"key": key} if kind == "keyed" else {}
+            kwargs = {"key": key} if kind in ("keyed", "debounce") else {}
             holder = self.unique_holder(key) if kind == "unique" else None
             made = (function.using(**options) if options else function).enqueue(*args, **kwargs)
             if kind == "unique":
                 self.check_unique(key, holder, made.id)
             self.batches.join(made)
+            if made.id in self.notes and kind == "debounce":
+                # joined the pending job of its key: that job now runs with these arguments
+                self.notes[made.id].tag, self.notes[made.id].seconds = self.tags, seconds
+                self.note(f"  -> job {made.id} (the pending job of its debounce key)")
+                continue
             if made.id in self.notes:
                 self.note(f"  -> job {made.id} (the active job of its unique key)")
                 continue
