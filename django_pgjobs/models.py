@@ -27,7 +27,7 @@ require_installed("django_pgjobs.models")
 # Below the check: a model class of an app Django does not know fails with a vaguer error.
 from django_pgjobs.durable import models as durable  # noqa: E402
 from django_pgjobs.durable.models import JobStep  # noqa: E402,F401
-from django_pgjobs.durable.signal_models import JobEvent, JobSignal  # noqa: E402,F401
+from django_pgjobs.durable.signal_models import WAITING_FOR_INDEX, JobEvent, JobSignal  # noqa: E402,F401
 
 
 class StoredJSONField(models.JSONField):
@@ -103,9 +103,8 @@ class Job(models.Model):
     waiting = models.IntegerField(null=True, blank=True, editable=False)
     failed_parents = models.IntegerField(null=True, blank=True, editable=False)
     cancelled_by = models.BigIntegerField(null=True, blank=True, editable=False)
-    # Reclaimed from a lost worker (the reaper sets it): the job may be what killed
-    # that worker, so it runs alone in a child process (worker/isolated.py) until a
-    # run of it ends normally (completed or failed), which clears it.
+    # Reclaimed from a lost worker (the reaper sets it; it may have killed it): it runs
+    # alone in a child process (worker/isolated.py) until a run of it ends normally.
     suspect = models.BooleanField(
         db_default=False,
         editable=False,
@@ -164,6 +163,7 @@ class Job(models.Model):
             ),
             FAIR_INDEX,
             durable.WAITING_INDEX,  # durable jobs parked between runs, by wake time
+            WAITING_FOR_INDEX,  # ... and by what a wake (a signal, an event) looks for
         ]
         constraints = [
             # Partial: rows without a key stay out of the index (cheaper inserts).
@@ -306,8 +306,7 @@ class Queue(models.Model):
         blank=True,
         help_text='job starts per period across all workers: "N/s", "N/m" or "N/h"',
     )
-    # Epoch seconds of the starts in the last period (jsonb: no dependency on
-    # django.contrib.postgres, whose ArrayField Django 6.1 wants in INSTALLED_APPS).
+    # Epoch seconds of the period's starts (jsonb: ArrayField needs contrib.postgres).
     rate_log = StoredJSONField(
         default=list, blank=True, editable=False, db_default=models.Value([], models.JSONField())
     )
@@ -410,9 +409,8 @@ class JobDependency(models.Model):
     # What the child does when this parent ends dead or cancelled; the same on
     # every edge of one child.
     on_parent_failure = models.CharField(max_length=8, db_default="cancel")
-    # How the child receives its parents' results as arguments: "none" (only
-    # context.parent_results), "first" (a chain: the parent's result as the first
-    # positional argument), "list" (a chord: the list of results, in position order).
+    # How the child gets its parents' results as arguments: "none" (parent_results
+    # only), "first" (a chain: the result first), "list" (a chord: results in order).
     receives = models.CharField(max_length=8, db_default="none")
 
     class Meta:

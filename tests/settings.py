@@ -87,7 +87,8 @@ PGJOBS = {
     # tests/faults/matrix.py: the unknown-task sweeper's dead-letter cells.
     "UNKNOWN_TASK_TIMEOUT": float(os.environ.get("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "3600")),
     "REAPER_INTERVAL": 0.5,
-    "POLL_INTERVAL": 0.5,
+    # tests/test_durable_waits.py: a worker that only a NOTIFY wakes in time ("30").
+    "POLL_INTERVAL": float(os.environ.get("PGJOBS_TEST_POLL_INTERVAL", "0.5")),
     "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),
     # tests/process/test_heartbeat_process.py: the worker's heartbeat process off ("0").
     "HEARTBEAT_PROCESS": os.environ.get("PGJOBS_TEST_HEARTBEAT_PROCESS", "1") == "1",
@@ -100,7 +101,13 @@ PGJOBS = {
     "JOB_MODULES": (
         []
         if os.environ.get("PGJOBS_TEST_OLD_WORKER")
-        else ["tests.flow_jobs", "tests.workflow_jobs", "tests.durable_jobs", "tests.chunk_jobs"]
+        else [
+            "tests.flow_jobs",
+            "tests.workflow_jobs",
+            "tests.durable_jobs",
+            "tests.chunk_jobs",
+            "tests.signal_jobs",
+        ]
     )
     + (
         ["tests.flow_keyed_jobs"]

@@ -175,7 +175,8 @@ SELECT id FROM woken WHERE (SELECT count(*) FROM told) + (SELECT count(*) FROM e
 declare("JOB_WAKE_NOW", (WAITING, PENDING))
 
 # testing.run_jobs(advance=): a waiting job's clock moved forward by %(secs)s
-# seconds: its wake time, and the wake time its sleeps recorded, that much earlier.
+# seconds: its wake time, and the wake time its sleeps and its waits' timeouts
+# recorded, that much earlier.
 # A test helper (no lock order to keep: a test drives one job at a time).
 JOB_ADVANCE_WAITING = f"""
 WITH moved AS (
@@ -187,7 +188,8 @@ WITH moved AS (
     UPDATE {STEP} AS s
        SET result = jsonb_set(s.result, '{{until}}', to_jsonb(
                (s.result->>'until')::timestamptz - make_interval(secs => %(secs)s)))
-      FROM moved WHERE s.job_id = moved.id AND s.kind = 'sleep'
+      FROM moved WHERE s.job_id = moved.id AND s.kind IN ('sleep', 'signal', 'event')
+       AND jsonb_typeof(s.result->'until') = 'string'
     RETURNING s.id
 )
 SELECT count(*) FROM moved WHERE (SELECT count(*) FROM sleeps) >= 0

@@ -12,6 +12,16 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+#: The wakers' index on the jobs table: the rows that wait for something, or are about
+#: to (an event wait's look writes it before the park), by what they wait for, so a
+#: signal or an event finds its waiting jobs in one probe. Only those rows: a plain
+#: job pays nothing for it.
+WAITING_FOR_INDEX = models.Index(
+    fields=["waiting_for"],
+    name="pgjobs_job_waiting_for_idx",
+    condition=Q(waiting_for__isnull=False),
+)
+
 
 class JobSignal(models.Model):
     """A signal sent to one job (``send_signal``). Kept until a ``wait_for_signal`` of

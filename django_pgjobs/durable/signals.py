@@ -1,8 +1,10 @@
-"""``send_signal``: a message to one job, stored in the caller's transaction.
+"""Signals: ``send_signal``, a message to one job stored in the caller's transaction,
+and ``wait_for_signal``, the job's side (``context.wait_for_signal``).
 
-Like an enqueue, the signal commits exactly when the caller's own writes do: no
+Like an enqueue, a signal commits exactly when the caller's own writes do: no
 ``on_commit``, nothing sent for a rolled-back transaction. A ``wait_for_signal`` of its
 name consumes it once, the oldest first; a signal sent before the wait is kept for it.
+The send wakes a job parked on that name at commit, through the enqueue's NOTIFY.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from django.db import connections, transaction
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db.cursor import hot_cursor
-from django_pgjobs.db.job_signals import signal_by_key, signal_send
+from django_pgjobs.db.job_signals import signal_by_key, signal_send, signal_take
 from django_pgjobs.durable.payloads import check_name, payload_text
+from django_pgjobs.durable.run import DurableRun
+from django_pgjobs.durable.waits import Look, Wait, seconds
 from django_pgjobs.exceptions import JobFinished, UnknownJob
-from django_pgjobs.support.validation import check_key
+from django_pgjobs.support.validation import check_key, json_text
 
 
 def _check_job_id(value: Any) -> int:
@@ -49,7 +53,13 @@ def send_signal(
     key = check_key(idempotency_key, "idempotency_key")
     text = payload_text(payload, "signal")
     alias = using or get_settings().DATABASE
-    params = {"job_id": job_id, "name": name, "payload": text, "idempotency_key": key}
+    params = {
+        "job_id": job_id,
+        "name": name,
+        "payload": text,
+        "idempotency_key": key,
+        "waiting_for": json_text(waiting_for(name)),
+    }
     # savepoint=False: inside a caller's atomic() this adds no round trips.
     with (
         transaction.atomic(using=alias, savepoint=False),
@@ -68,3 +78,34 @@ def send_signal(
         f"send_signal: job {job_id} is {status}; a finished job takes no signals "
         "(retry it first if it must go on)"
     )
+
+
+def wait_for_signal(run: DurableRun, name: str, timeout: Any = None) -> Any:
+    """``context.wait_for_signal``: the payload of the oldest unconsumed signal ``name``
+    of this job, consumed exactly once (its take and the step that records it commit
+    together), or the run parks until one commits or ``timeout`` passes (then None).
+    A later run returns what this wait received."""
+    name = check_name(name, "signal")
+    wait = Wait(run, "signal", name, seconds(timeout, f"wait_for_signal {name!r}: timeout"))
+    arrival = wait.arrive()
+    done, payload = wait.recorded()
+    if done:
+        return payload
+
+    def take(cursor: Any) -> Look | None:
+        row = signal_take(cursor, job_id=run.job_id, name=name, step=wait.step)
+        return None if row is None else Look(*row)
+
+    seen = wait.look(take)
+    if seen.found is not None:
+        return seen.payload
+    if wait.due(arrival):
+        wait.timed_out()
+        return None
+    raise wait.park(arrival, waiting_for(name), seen)
+
+
+def waiting_for(name: str) -> dict[str, Any]:
+    """What a job waiting for signal ``name`` stores on its row (``send_signal`` wakes
+    the job whose row says so)."""
+    return {"kind": "signal", "name": name}

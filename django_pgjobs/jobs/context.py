@@ -9,7 +9,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django_pgjobs.durable.atomic import AtomicStep, atomic_call
+from django_pgjobs.durable.events import wait_for_event
 from django_pgjobs.durable.run import DurableRun
+from django_pgjobs.durable.signals import wait_for_signal
 from django_pgjobs.exceptions import JobCancelled
 
 
@@ -26,9 +28,10 @@ class JobContext:
     an async job).
 
     Durable jobs (docs/howto/durable-jobs.md): ``step``, ``atomic_step``, ``sleep``,
-    ``sleep_until`` and ``patched`` record what the run did under its lease, so a
-    later run of the job (after a sleep, a crash, a retry) skips what is done. An
-    ``async def`` job awaits ``astep``, ``asleep`` and ``asleep_until``.
+    ``sleep_until``, ``patched``, ``wait_for_signal`` and ``wait_for_event`` record
+    what the run did under its lease, so a later run of the job (after a sleep, a
+    crash, a retry) skips what is done. An ``async def`` job awaits ``astep``,
+    ``asleep``, ``asleep_until``, ``await_for_signal`` and ``await_for_event``.
     """
 
     job_id: int
@@ -99,6 +102,27 @@ class JobContext:
         False for runs that were already past it: both branches stay replay-safe."""
         return self.durable_run.patched(name)
 
+    def wait_for_signal(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
+        """The payload of the oldest signal ``name`` sent to this job and not yet
+        consumed, consumed exactly once; with none, the run ends and the job waits
+        (holding no worker) until one is sent or ``timeout`` (from this wait's first
+        arrival) passes, and then returns None. A later run returns the same value."""
+        return wait_for_signal(self.durable_run, name, timeout)
+
+    def wait_for_event(
+        self,
+        name: str,
+        *,
+        key: str | None = None,
+        timeout: timedelta | float | None = None,
+        lookback: timedelta | float | None = None,
+    ) -> Any:
+        """The payload of the oldest event ``(name, key)`` emitted since ``lookback``
+        (default ``PGJOBS["EVENT_LOOKBACK"]``) before this wait first began; with none,
+        the run ends and the job waits until one is emitted or ``timeout`` passes (then
+        None). A later run returns the same value."""
+        return wait_for_event(self.durable_run, name, key, timeout, lookback)
+
     async def astep(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``step`` for an ``async def`` job: ``fn`` may be a coroutine function."""
         return await _async_step(self.durable_run, name, fn, args, kwargs)
@@ -114,6 +138,21 @@ class JobContext:
     async def apatched(self, name: str) -> bool:
         """``patched`` for an ``async def`` job."""
         return bool(await _off_loop(self.durable_run.patched, name))
+
+    async def await_for_signal(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
+        """``wait_for_signal`` for an ``async def`` job."""
+        return await _off_loop(wait_for_signal, self.durable_run, name, timeout)
+
+    async def await_for_event(
+        self,
+        name: str,
+        *,
+        key: str | None = None,
+        timeout: timedelta | float | None = None,
+        lookback: timedelta | float | None = None,
+    ) -> Any:
+        """``wait_for_event`` for an ``async def`` job."""
+        return await _off_loop(wait_for_event, self.durable_run, name, key, timeout, lookback)
 
 
 async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:

@@ -34,6 +34,7 @@ from tests.faults.matrix_rows import (
     SETTLE_DEADLINE,
     STEP,
     UNKNOWN,
+    WAITS,
     Row,
 )
 
@@ -225,6 +226,13 @@ class Scenario:
             # First in line: one claimed by the worker's claim, two by its chunk's fill.
             for _ in range(3):
                 self.insert(CHUNK, priority=70)
+        if setup == "waits":
+            job = self.insert(WAITS, priority=55)
+            self.db.execute(
+                "INSERT INTO django_pgjobs_jobsignal (job_id, name, payload)"
+                " VALUES (%s, 'go', '1')",
+                [job],
+            )
         if setup == "unanalysed":
             # The statistics pass analyses a table never analysed since its TRUNCATE;
             # autovacuum counts changes across TRUNCATEs (mod_since_analyze) and, once

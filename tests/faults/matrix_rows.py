@@ -17,6 +17,9 @@ CRASHER = "tests.testapp.jobs.exits_nine"
 CHUNK = "tests.chunk_jobs.fault_chunk"
 #: A durable job: a step, a half-second sleep, a step (setup="durable").
 DURABLE = "tests.durable_jobs.fault_durable"
+#: A job that waits: takes a signal sent before it, then two event waits that time out
+#: (setup="waits").
+WAITS = "tests.signal_jobs.fault_waits"
 #: An async job that cancels every task of its worker's loop, and its neighbour.
 CANCELS_ALL = "tests.testapp.core_jobs.cancels_every_task"
 ASYNC_SLEEP = "tests.testapp.core_jobs.async_sleep"
@@ -125,7 +128,7 @@ class Row:
     django6: bool = False  # the Tasks backend: Django >= 6.0 only
     linger: float = 0.0  # ambiguous: seconds between the commit and the error
     # flow workload: unknown | unknown_dead | max_running | rate | keyed | keyed_ghost
-    # | suspect_crash | fair | fair_limited | durable | chunk
+    # | suspect_crash | fair | fair_limited | durable | chunk | waits
     setup: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the faulted worker
     # ambiguous inside a transaction: the COMMIT lands and its reply is lost (instead
@@ -398,6 +401,17 @@ ROWS: tuple[Row, ...] = (
         "worker",
         setup="durable",
         periodic=True,
+    ),
+    # Waits (durable/signals.py, durable/events.py): a job of the workload takes the
+    # signal sent before it, then waits for two events until their timeouts.
+    Row("worker: take a signal for a wait", "db.SIGNAL_TAKE", "worker", setup="waits"),
+    Row("worker: an event wait's lock", "db.EVENT_LOCK", "worker", setup="waits"),
+    Row("worker: an event wait's look", "db.EVENT_LOOK", "worker", setup="waits"),
+    Row(
+        "worker: an event wait's look, no key",
+        "db.EVENT_LOOK_NO_KEY",
+        "worker",
+        setup="waits",
     ),
     Row("cron ticker: enqueue a fire time", "db.JOB_INSERT", "cron"),
     Row("enqueue (retried once by the caller)", "db.JOB_INSERT", "driver", action="enqueue"),

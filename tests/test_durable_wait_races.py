@@ -1,0 +1,171 @@
+"""Waits racing senders on real connections (threads, each its own transaction): a send
+or an emit still open while the wait looks, and two sends at once to one wait."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from django_pgjobs import emit_event, send_signal
+from django_pgjobs.models import Job, JobSignal
+from django_pgjobs.testing import run_jobs
+from tests import signal_jobs
+from tests.conftest import dsn, wait_until
+from tests.signal_jobs import HOOK, RUNS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    RUNS.clear()
+    yield
+    RUNS.clear()
+    HOOK.update(after_look=None, before_wait=None)
+
+
+class OpenSender:
+    """A sender in a thread of its own: sends in a transaction, then holds it open
+    until ``commit()``."""
+
+    def __init__(self, send: Callable[[], None]) -> None:
+        self.sent = threading.Event()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                with transaction.atomic():
+                    send()
+                    self.sent.set()
+                    self.release.wait(30)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                self.error = exc
+                self.sent.set()
+            finally:
+                connection.close()
+
+        self.thread = threading.Thread(target=run)
+
+    def start(self) -> None:
+        self.thread.start()
+        assert self.sent.wait(30), "the sender did not send"
+        assert self.error is None, self.error
+
+    def commit(self) -> None:
+        self.release.set()
+        self.thread.join(30)
+        assert self.error is None, self.error
+
+
+def _commit_once_waited_on(kind: str, sender: OpenSender, problems: list[str]) -> None:
+    """In a thread: commit ``sender`` once a backend waits for a lock of ``kind``
+    (the look or the park blocked behind it), noting in ``problems`` if none did."""
+
+    def run() -> None:
+        try:
+            wait_until(_waiting_on_lock(kind), timeout=20, message=f"a wait on a {kind} lock")
+        except AssertionError as exc:
+            problems.append(str(exc))
+        sender.commit()
+
+    threading.Thread(target=run).start()
+
+
+def _waiting_on_lock(kind: str) -> Callable[[], bool]:
+    """Whether a backend of this database waits for a lock of ``kind`` (pg_locks)."""
+
+    def check() -> bool:
+        with psycopg.connect(dsn(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = %s", [kind]
+            ).fetchone()
+        return bool(row and row[0])
+
+    return check
+
+
+def test_an_event_emitted_while_the_wait_looks_is_seen_by_the_look() -> None:
+    """The emit holds its shared lock until it commits; the look's exclusive lock waits
+    for that commit, and the look (a later snapshot) finds the event: one run."""
+    job = signal_jobs.parks_then_hook.enqueue("event")
+    emitter = OpenSender(lambda: emit_event("invoice.paid", key="42", payload="in flight"))
+
+    problems: list[str] = []
+
+    def before_wait() -> None:
+        emitter.start()
+        _commit_once_waited_on("advisory", emitter, problems)
+
+    HOOK["before_wait"] = before_wait
+    [ran] = run_jobs()
+    assert not problems, problems
+    assert (ran.status, ran.value) == ("completed", "in flight")
+    assert [job.id] == RUNS
+
+
+def test_a_signal_sent_while_the_wait_looks_wakes_the_park() -> None:
+    """The send holds the job's row and its signal uncommitted while the run looks (and
+    finds nothing); the park waits for the row, sees ``wakes`` moved once the send
+    commits, and leaves the job pending: its next run takes the signal."""
+    job = signal_jobs.parks_then_hook.enqueue("signal")
+    # A first run records the wait's arrival (a record locks the job's row, which the
+    # open send will hold) and parks; the job is then woken as "wake now" does.
+    assert [r.status for r in run_jobs()] == ["waiting"]
+    Job.objects.filter(id=job.id).update(status="pending", waiting_for=None, run_at=Now())
+    sender = OpenSender(lambda: send_signal(job.id, "approval", "in flight"))
+
+    problems: list[str] = []
+
+    def before_wait() -> None:
+        HOOK["before_wait"] = None  # this run only
+        sender.start()
+
+    def after_look() -> None:
+        HOOK["after_look"] = None
+        _commit_once_waited_on("transactionid", sender, problems)
+
+    HOOK.update(before_wait=before_wait, after_look=after_look)
+    first, second = run_jobs()
+    assert not problems, problems
+    assert first.status == "waiting"  # the run parked ...
+    assert (second.status, second.value) == ("completed", "in flight")  # ... as pending
+    assert JobSignal.objects.get().consumed_by == "approval#1"
+    assert [job.id, job.id, job.id] == RUNS
+
+
+def test_two_signals_sent_at_once_to_one_wait_one_consumed_one_kept() -> None:
+    job = signal_jobs.approval.enqueue()
+    [ran] = run_jobs()
+    assert ran.status == "waiting"
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def send(n: int) -> None:
+        try:
+            barrier.wait(10)
+            send_signal(job.id, "approval", n)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert Job.objects.get(id=job.id).status == "pending"
+    [ran] = run_jobs()
+    assert ran.status == "completed"
+    consumed = JobSignal.objects.get(consumed_at__isnull=False)
+    kept = JobSignal.objects.get(consumed_at__isnull=True)
+    assert ran.value == {"answer": consumed.payload}
+    assert {consumed.payload, kept.payload} == {1, 2}
+    assert consumed.id < kept.id  # the oldest is taken first
