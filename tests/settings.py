@@ -87,7 +87,7 @@ PGJOBS = {
     # tests/faults/matrix.py: the unknown-task sweeper's dead-letter cells.
     "UNKNOWN_TASK_TIMEOUT": float(os.environ.get("PGJOBS_TEST_UNKNOWN_TASK_TIMEOUT", "3600")),
     "REAPER_INTERVAL": 0.5,
-    # tests/test_durable_waits.py: a worker that only a NOTIFY wakes in time ("30").
+    # tests/process/test_durable_waits_process.py: only a NOTIFY wakes a worker in time.
     "POLL_INTERVAL": float(os.environ.get("PGJOBS_TEST_POLL_INTERVAL", "0.5")),
     "SHUTDOWN_TIMEOUT": float(os.environ.get("PGJOBS_TEST_SHUTDOWN_TIMEOUT", "5")),
     # tests/process/test_heartbeat_process.py: the worker's heartbeat process off ("0").
