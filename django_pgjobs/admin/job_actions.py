@@ -1,4 +1,5 @@
-"""The job list's actions (Retry, Cancel) and the Reap button: state changes only
+"""The job list's actions (Retry, Cancel, Wake now; Send a signal is
+``signal_action.py``) and the Reap button: state changes only
 through the lease-fenced operations, never ``obj.save()``.
 
 Retry and cancel are ``operations.retry`` / ``operations.cancel`` (the same as
@@ -21,6 +22,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from django_pgjobs.admin.job_list import is_job_id
+from django_pgjobs.admin.signal_action import send_signal_action
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.durable import job_wake_now
 from django_pgjobs.jobs import operations
@@ -37,7 +39,7 @@ NAMED = 20
 class JobActions(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only: Django's class is not subscriptable
     """The actions part of ``JobAdmin`` (``jobs.py``); each needs the "change" permission."""
 
-    actions = ("retry_now", "cancel_jobs", "wake_now")
+    actions = ("retry_now", "cancel_jobs", "wake_now", send_signal_action)
 
     def response_action(
         self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any

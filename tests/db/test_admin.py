@@ -251,7 +251,7 @@ def test_user_with_change_permission_gets_the_actions(django_user_model: Any) ->
     failed = dead()
     response = client.get(changelist_url())
     choices = [value for value, _ in response.context["action_form"].fields["action"].choices]
-    assert choices == ["", "retry_now", "cancel_jobs"]
+    assert choices == ["", "retry_now", "cancel_jobs", "wake_now", "send_signal_action"]
     post_action(client, "retry_now", [failed.id])
     assert Job.objects.get(id=failed.id).status == "pending"
 
