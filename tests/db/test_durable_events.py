@@ -7,6 +7,7 @@ import io
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import transaction
@@ -14,8 +15,10 @@ from django.utils import timezone
 
 from django_pgjobs import emit_event
 from django_pgjobs.checks import check_settings
+from django_pgjobs.maintenance.pg_cron_engine import PRUNE_ENTRY, maintenance_entries
 from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.models import JobEvent
+from tests.conftest import dsn
 
 pytestmark = pytest.mark.django_db
 
@@ -76,3 +79,15 @@ def test_a_retention_shorter_than_the_lookback_is_refused(settings: Any) -> None
     settings.PGJOBS = {**settings.PGJOBS, "EVENT_RETENTION": 60, "EVENT_LOOKBACK": 3600}
     [error] = [m for m in check_settings() if m.id == "django_pgjobs.E012"]
     assert "EVENT_RETENTION'] (60s) is shorter than EVENT_LOOKBACK (3600s)" in error.msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pg_cron_engines_prune_deletes_old_events_too() -> None:
+    """With CRON_ENGINE = "pg_cron" no worker prunes: the prune entry's SQL (run here
+    as pg_cron would run it) deletes the events past their retention."""
+    old, recent = emit_event("a", key="1"), emit_event("a", key="2")
+    JobEvent.objects.filter(id=old).update(created_at=timezone.now() - timedelta(days=8))
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        [prune] = [e for e in maintenance_entries(conn) if e.jobname == PRUNE_ENTRY]
+        conn.execute(prune.command)
+    assert list(JobEvent.objects.values_list("id", flat=True)) == [recent]
