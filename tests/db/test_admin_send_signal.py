@@ -75,3 +75,11 @@ def test_sending_needs_the_change_permission(client: Client, django_user_model: 
     client.force_login(viewer)
     _post(client, [job.id], send="1", name="approval", payload="1")
     assert not JobSignal.objects.exists()
+
+
+def test_a_job_waiting_for_an_event_says_which_on_its_page(admin_client: Client) -> None:
+    job = signal_jobs.paid.enqueue("42")
+    run_jobs()
+    page = admin_client.get(reverse("admin:django_pgjobs_job_change", args=[job.id]))
+    text = page.content.decode()
+    assert "event <code>invoice.paid</code> key <code>42</code> (until " in text
