@@ -37,7 +37,7 @@ if A.reps < 1:
     raise SystemExit(f"claim_client_cpu: --reps must be >= 1, got {A.reps}")
 
 with connection.cursor() as cursor:
-    cursor.execute(f"TRUNCATE {JOB} CASCADE")
+    cursor.execute(f"TRUNCATE {JOB}")
     cursor.execute(
         f"INSERT INTO {JOB} (task, queue, run_at) SELECT 'bench.noop', 'default', now()"
         " FROM generate_series(1, %s)",

@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=2_000)
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    sql("TRUNCATE django_pgjobs_job CASCADE")
+    sql("TRUNCATE django_pgjobs_job, django_pgjobs_jobstep")
     sql("CREATE TABLE IF NOT EXISTS durable_bench_rows (id bigserial PRIMARY KEY, n int)")
     times: dict[str, list[float]] = {"steps": [], "writes": []}
     for r in range(args.rounds):
@@ -84,7 +84,7 @@ def main() -> None:
     ratio = statistics.median(times["steps"]) / statistics.median(times["writes"])
     print(f"steps / writes: {ratio:.2f}x")
 
-    sql("TRUNCATE django_pgjobs_job CASCADE")
+    sql("TRUNCATE django_pgjobs_job, django_pgjobs_jobstep")
     without = [drain(args.drain) for _ in range(args.rounds)]
     sql(
         "INSERT INTO django_pgjobs_job (task, queue, args, status, run_at, waiting_for)"

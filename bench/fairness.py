@@ -68,7 +68,7 @@ SMALL_TENANTS = "bcdefghijk"
 def reset() -> None:
     with connection.cursor() as cur:
         cur.execute(
-            f"TRUNCATE {JOB}, django_pgjobs_jobresult, django_pgjobs_queue, django_pgjobs_worker CASCADE"
+            f"TRUNCATE {JOB}, django_pgjobs_jobresult, django_pgjobs_queue, django_pgjobs_worker"
         )
         cur.execute(f"VACUUM ANALYZE {JOB}")
 
@@ -228,7 +228,7 @@ def plain(args: argparse.Namespace) -> None:
 
 def fill(rows: int, keys: int) -> None:
     with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {JOB}, django_pgjobs_queue CASCADE")
+        cur.execute(f"TRUNCATE {JOB}, django_pgjobs_queue")
         cur.execute(
             f"INSERT INTO {JOB} (task, queue, priority, run_at, fair_key, kwargs)"
             " SELECT %(task)s, 'fair', 0, now() - interval '1 minute',"

@@ -48,7 +48,7 @@ TASKS = (TASK, *(f"bench.other_{i}" for i in range(99)))  # a registry of 100 ta
 
 def fill(keyed: bool) -> None:
     with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {JOB}, {QUEUE} CASCADE")
+        cur.execute(f"TRUNCATE {JOB}, {QUEUE}")
         cur.execute(
             f"INSERT INTO {JOB} (task, queue, run_at, concurrency_key, concurrency_limit)"
             " SELECT %(task)s, 'bench', now() - interval '1 minute',"

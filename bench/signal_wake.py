@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.02, help="seconds between two wakes")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    sql("TRUNCATE django_pgjobs_job, django_pgjobs_jobevent CASCADE")
+    sql("TRUNCATE django_pgjobs_job, django_pgjobs_jobsignal, django_pgjobs_jobevent")
     env = {**os.environ, "PGJOBS_TEST_POLL_INTERVAL": "30", "PYTHONPATH": str(ROOT)}
     workers = [
         subprocess.Popen(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_pgjobs.db.tables import DEPENDENCY, JOB, RESULT, WORKFLOW
+from django_pgjobs.db.tables import DEPENDENCY, JOB, RESULT, SIGNAL, STEP, WORKFLOW
 from django_pgjobs.states import FINISHED
 
 _FINISHED = "(" + ", ".join(f"'{status}'" for status in FINISHED) + ")"
@@ -35,7 +35,9 @@ _NOT_NEEDED = f"""(workflow_id IS NULL OR (NOT EXISTS (
 # is not deleted). Each batch is its own short transaction (autocommit), so row
 # locks live for milliseconds. Results go with their job unless they carry an
 # idempotency key that must keep protecting; keys of recurring jobs ('cron:...')
-# only matter within the catch-up window, so those results go too.
+# only matter within the catch-up window, so those results go too. A durable job's
+# steps and signals go with it here (no foreign key cascades them: their job_id is a
+# plain column), each found by an index that leads with job_id.
 JOB_PRUNE_BATCH = f"""
 WITH doomed AS (
     SELECT id FROM {JOB}
@@ -55,6 +57,10 @@ WITH doomed AS (
        AND (gone.idempotency_key IS NULL OR gone.idempotency_key LIKE 'cron:%%')
 ), edges AS (
     DELETE FROM {DEPENDENCY} AS e USING gone WHERE e.child_id = gone.id
+), steps AS (
+    DELETE FROM {STEP} AS s USING gone WHERE s.job_id = gone.id
+), signals AS (
+    DELETE FROM {SIGNAL} AS g USING gone WHERE g.job_id = gone.id
 )
 SELECT count(*) FROM gone
 """

@@ -50,13 +50,23 @@ class JobStep(models.Model):
     recorded in, which a later run must follow (``NonDeterministic`` otherwise).
     ``kind``: step, atomic, sleep, patch, signal, event. ``result``: the step's
     stored return value (JSON, bounded by ``PGJOBS["MAX_RESULT_BYTES"]``); a sleep
-    stores its wake time. The foreign key cascades: a job's steps go with it when it
-    is pruned. Written by the statements of ``durable/steps.py`` only.
+    stores its wake time. Written by the statements of ``durable/steps.py`` only.
+
+    ``job_id`` is a plain ``bigint`` with no foreign key in the database: the check
+    would take ``FOR KEY SHARE`` on the running job's row at every step, beside the
+    worker's heartbeat and outcome updates of that row (see "No foreign key to the job
+    row" in ``docs/explanation/postgres-pitfalls.md``). A job's steps go with it all
+    the same: the pruner's statement deletes them with their job, and Django's own
+    cascade takes them along on an ORM delete (the admin's).
     """
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(
-        "django_pgjobs.Job", on_delete=models.CASCADE, related_name="steps", db_index=False
+        "django_pgjobs.Job",
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="steps",
+        db_index=False,  # the unique keys below lead with job_id
     )
     seq = models.IntegerField()
     name = models.CharField(max_length=255)

@@ -25,15 +25,14 @@ WAITING_FOR_INDEX = models.Index(
 
 class JobSignal(models.Model):
     """A signal sent to one job (``send_signal``). Kept until a ``wait_for_signal`` of
-    its name consumes it (the oldest first), and deleted with its job: the foreign key
-    cascades in the database (the migration declares it), so the pruner's ``DELETE``
-    of a job takes its signals along."""
+    its name consumes it (the oldest first), and deleted with its job: the pruner's
+    statement deletes them with their job, and Django's cascade on an ORM delete. No
+    foreign key in the database, like the steps' (``durable/models.py`` says why)."""
 
     id = models.BigAutoField(primary_key=True)
-    # The database's ON DELETE CASCADE, not Django's: a pruned job is deleted in SQL.
     job = models.ForeignKey(
         "django_pgjobs.Job",
-        on_delete=models.DO_NOTHING,
+        on_delete=models.CASCADE,
         db_constraint=False,
         related_name="signals",
     )
@@ -54,6 +53,8 @@ class JobSignal(models.Model):
                 name="pgjobs_signal_unconsumed_idx",
                 condition=Q(consumed_at__isnull=True),
             ),
+            # The pruner's delete of a pruned job's signals, consumed ones included.
+            models.Index(fields=["job"], name="pgjobs_signal_job_idx"),
         ]
         constraints = [
             # A duplicate key is a no-op (send_signal's ON CONFLICT DO NOTHING).

@@ -129,7 +129,7 @@ def test_concurrent_sends_of_one_key_store_one_signal() -> None:
     ids: list[int] = []
 
     with psycopg.connect(dsn(), autocommit=False) as other:
-        # the other sender holds the job's row and its key, uncommitted
+        # the other sender holds its key, uncommitted
         other.execute(
             "INSERT INTO django_pgjobs_jobsignal (job_id, name, idempotency_key) "
             "VALUES (%s, 'a', 'same')",

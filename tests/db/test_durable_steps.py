@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
 from django_pgjobs import chain
+from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.models import Job, JobStep, Queue
 from django_pgjobs.testing import run_jobs
 from tests import durable_jobs, flow_keyed_jobs
@@ -138,8 +138,8 @@ def test_a_pruned_job_takes_its_steps_along() -> None:
     job = durable_jobs.many_steps.enqueue(2)
     run_jobs()
     assert JobStep.objects.filter(job_id=job.id).count() == 2
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM django_pgjobs_job WHERE id = %s", [job.id])
+    Job.objects.filter(id=job.id).update(finished_at=timezone.now() - timedelta(days=30))
+    assert Pruner().run_once()["by_status"]["completed"] == 1
     assert JobStep.objects.filter(job_id=job.id).count() == 0
 
 

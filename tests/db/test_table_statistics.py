@@ -41,7 +41,7 @@ def young_table() -> Iterator[Any]:
     """The jobs table as a fresh install has it (TRUNCATE, inside the test's transaction:
     never analysed), five pending jobs, and the claim prepared with a generic plan."""
     with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {JOB} CASCADE")
+        cur.execute(f"TRUNCATE {JOB}")
         cur.execute(
             f"INSERT INTO {JOB} (task, queue, run_at)"
             " SELECT 'live', 'default', now() - interval '1 second' FROM generate_series(1, 5)"
