@@ -145,6 +145,9 @@ def frozen_grant(context: JobContext, name: str, marker_dir: str) -> int:
             with open(os.path.join(marker_dir, "frozen"), "w") as out:
                 out.write(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGSTOP)
+            # The stop reaches this thread a moment after the call returns: without the
+            # wait it could leave the block and record the step before it stops.
+            time.sleep(2.0)
     return int(step.result)
 
 
