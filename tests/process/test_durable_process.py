@@ -7,9 +7,7 @@ Timings come from tests/settings.py (heartbeat 0.5 s, stale after 2 s)."""
 from __future__ import annotations
 
 import os
-import random
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,79 +139,6 @@ def test_an_atomic_step_refuses_a_write_to_another_alias(start_worker: Start) ->
     # the block's write to the jobs' database rolled back with it: nothing half-done
     assert not Group.objects.filter(name__startswith="elsewhere-").exists()
     assert steps(job.id) == []
-
-
-def test_chaos_kills_and_zombies_leave_every_atomic_step_once_and_every_result_stable(
-    start_worker: Start, tmp_path: Path
-) -> None:
-    """Jobs of six steps (two atomic writes, three service calls, a sleep) under workers
-    SIGKILLed at random points and now and then frozen (SIGSTOP) past STALE_AFTER and
-    thawed: every job completes, each atomic step's row exists exactly once, every
-    service step was called at least once, and its stored answer never changed."""
-    rng = random.Random(40)
-    query("CREATE TABLE chaos_rows (ord int, step text)")
-    try:
-        orders = range(16)
-        ids = [durable_jobs.chaos_order.enqueue(o, str(tmp_path)).id for o in orders]
-        env = {"PGJOBS_TEST_CALLS": ""}
-        workers = [start_worker("--queues", "durable-chaos", "--concurrency", "3", env=env)]
-        deadline = time.monotonic() + 180
-        frozen: WorkerProcess | None = None
-        thaw_at = 0.0
-        kills = freezes = 0
-        while time.monotonic() < deadline:
-            if Job.objects.filter(id__in=ids, status="completed").count() == len(ids):
-                break
-            time.sleep(rng.uniform(0.3, 1.0))
-            if frozen is not None and time.monotonic() >= thaw_at:
-                os.killpg(frozen.pid, signal.SIGCONT)  # a zombie now: reaped meanwhile
-                frozen = None
-            live = [w for w in workers if w.proc.poll() is None and w is not frozen]
-            if kills < 10 and live and rng.random() < 0.7:
-                victim = rng.choice(live)
-                if frozen is None and rng.random() < 0.25:
-                    os.killpg(victim.pid, signal.SIGSTOP)  # past STALE_AFTER (2 s)
-                    frozen, thaw_at, freezes = victim, time.monotonic() + 3.5, freezes + 1
-                else:
-                    victim.signal(signal.SIGKILL)
-                    kills += 1
-            if sum(w.proc.poll() is None and w is not frozen for w in workers) < 2:
-                workers.append(
-                    start_worker("--queues", "durable-chaos", "--concurrency", "3", env=env)
-                )
-        if frozen is not None:
-            os.killpg(frozen.pid, signal.SIGCONT)
-        done = dict(Job.objects.filter(id__in=ids).values_list("id", "status"))
-        assert set(done.values()) == {"completed"}, (done, kills, freezes)
-        lost = sum(
-            any(str(e.get("type", "")).endswith("WorkerLost") for e in errors)
-            for errors in Job.objects.filter(id__in=ids).values_list("errors", flat=True)
-        )
-        print(f"chaos: {kills} kills, {freezes} freezes, {lost} jobs reclaimed from lost workers")
-        assert kills >= 3 and lost >= 3, "the chaos hit too few runs to mean anything"
-        rows = query("SELECT ord, step, count(*) FROM chaos_rows GROUP BY ord, step")
-        assert sorted(rows) == sorted((o, s, 1) for o in orders for s in ("invoice", "reserve")), (
-            "an atomic step's row is missing or doubled"
-        )
-        called: dict[tuple[str, str], set[str]] = {}
-        for line in (tmp_path / "service.log").read_text().splitlines():
-            order, what, answer = line.split()
-            called.setdefault((order, what), set()).add(answer)
-        assert set(called) == {(str(o), w) for o in orders for w in ("charge", "ship", "review")}
-        # every run that reached the end saw the same answers: the stored ones
-        seen: dict[str, set[tuple[str, ...]]] = {}
-        for line in (tmp_path / "seen.log").read_text().splitlines():
-            order, *answers = line.split()
-            seen.setdefault(order, set()).add(tuple(answers))
-        for job_id, order in zip(ids, orders, strict=True):
-            [answers] = seen[str(order)]
-            assert list(answers) == Job.objects.get(id=job_id).result
-            stored = dict(
-                JobStep.objects.filter(job_id=job_id, kind="step").values_list("name", "result")
-            )
-            assert [stored["charge"], stored["ship"], stored["review"]] == list(answers)
-    finally:
-        query("DROP TABLE IF EXISTS chaos_rows")
 
 
 def test_a_worker_with_every_job_asleep_reports_every_slot_free(start_worker: Start) -> None:
