@@ -196,13 +196,6 @@ SELECT count(*) FROM moved WHERE (SELECT count(*) FROM sleeps) >= 0
 """
 
 
-# The waiting jobs per queue (jobs_status, the overview, metrics), through the
-# waiting rows' partial index: a count of live rows, like the blocked one.
-STATUS_WAITING = f"""
-SELECT queue, count(*) FROM {JOB} WHERE status = '{WAITING}' GROUP BY queue
-"""
-
-
 @dataclass(frozen=True)
 class StepRow:
     """One recorded step: its position, key, kind and (when ``inline``) result."""

@@ -9,10 +9,11 @@ from django_pgjobs.db.rollup import claimed_since, finished_since
 from django_pgjobs.db.tables import JOB, QUEUE, WORKER, pending_queues_cte
 from django_pgjobs.states import JobStatus
 
-# Live work per queue, exact: pending rows through the claim index and running
-# rows through the running index, one aggregate each, joined per queue. (A single
-# scan WHERE status IN ('pending', 'running') cannot use the two partial indexes
-# and reads the whole table.) Never the history. No locks.
+# Live work per queue, exact: pending rows through the claim index, running rows
+# through the running index and parked durable jobs ('waiting') through their own
+# partial index, one aggregate each, joined per queue. (A single scan WHERE status IN
+# ('pending', 'running', 'waiting') cannot use the partial indexes and reads the whole
+# table.) Never the history. No locks.
 STATUS_ACTIVE = f"""
 WITH pending AS (
     SELECT queue, count(*) AS pending, count(*) FILTER (WHERE run_at <= now()) AS due,
@@ -25,10 +26,14 @@ WITH pending AS (
                AS stuck
       FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
      GROUP BY queue
+), waiting AS (
+    SELECT queue, count(*) AS waiting
+      FROM {JOB} WHERE status = '{JobStatus.WAITING}'
+     GROUP BY queue
 )
 SELECT queue, COALESCE(p.pending, 0), COALESCE(p.due, 0), COALESCE(r.running, 0),
-       COALESCE(r.stuck, 0), p.lag
-  FROM pending AS p FULL JOIN running AS r USING (queue)
+       COALESCE(r.stuck, 0), p.lag, COALESCE(w.waiting, 0)
+  FROM pending AS p FULL JOIN running AS r USING (queue) FULL JOIN waiting AS w USING (queue)
 """
 
 # The start of the minute ``%(window)s`` seconds ago: the windows of the status pages

@@ -33,7 +33,6 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_pgjobs.db.durable import STATUS_WAITING
 from django_pgjobs.db.reports import (
     ACTIVE_QUEUES,
     FAIR_WAIT,
@@ -172,18 +171,16 @@ def _rows(
 
 
 def queue_rows(connection: BaseDatabaseWrapper, *, stale_after: float) -> dict[str, QueueRow]:
-    """Exact pending/due/running/stuck counts and lag per queue, and blocked and
-    waiting counts (three queries, each through its partial index)."""
+    """Exact pending/due/running/stuck/waiting counts and lag per queue, and blocked
+    counts (two queries, each aggregate through its partial index)."""
     rows = {
-        name: QueueRow(name, pending, due, running, stuck, lag=lag)
-        for name, pending, due, running, stuck, lag in _rows(
+        name: QueueRow(name, pending, due, running, stuck, lag=lag, waiting=waiting)
+        for name, pending, due, running, stuck, lag, waiting in _rows(
             connection, STATUS_ACTIVE, {"stale_after": stale_after}
         )
     }
     for name, blocked in _rows(connection, STATUS_BLOCKED):
         rows.setdefault(name, QueueRow(name)).blocked = blocked
-    for name, waiting in _rows(connection, STATUS_WAITING):
-        rows.setdefault(name, QueueRow(name)).waiting = waiting
     return rows
 
 
