@@ -9,7 +9,8 @@ from django_pgjobs.support.validation import MAX_DELAY
 from django_pgjobs.support.validation import MAX_DEPTH as MAX_JSON_DEPTH
 
 # pgjobs_enqueue(task, args, kwargs, queue, priority, run_at, idempotency_key,
-# max_attempts, debounce, debounce_key, max_wait, keep): enqueue from SQL (pg_cron, triggers, psql). Validates its input
+# max_attempts, debounce, debounce_key, max_wait, keep, fair_key): enqueue from SQL
+# (pg_cron, triggers, psql). Validates its input
 # with errors naming the argument; a NULL argument leaves the column out of the
 # INSERT so the table's own defaults apply (the same db_defaults as Python).
 # Same statement shape as JOB_INSERT: ON CONFLICT on the partial unique key index
@@ -72,7 +73,7 @@ _DEBOUNCED = f"""    IF debounce < interval '0' OR debounce > interval '{MAX_DEL
     INTO new_id, new_queue
     USING task, args, kwargs, queue, priority, run_at, idempotency_key, max_attempts,
           debounce, 'pending:' || task || ':' || debounce_key, max_wait,
-          coalesce(keep, 'latest') = 'latest';
+          coalesce(keep, 'latest') = 'latest', fair_key;
     IF new_id IS NULL THEN
         SELECT id INTO new_id FROM @SCHEMA@.{JOB}
          WHERE unique_key = 'pending:' || task || ':' || debounce_key AND {UNIQUE_KEY_HELD};
@@ -118,7 +119,8 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.pgjobs_enqueue(
     debounce interval DEFAULT NULL,
     debounce_key text DEFAULT NULL,
     max_wait interval DEFAULT NULL,
-    keep text DEFAULT NULL
+    keep text DEFAULT NULL,
+    fair_key text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -192,6 +194,15 @@ BEGIN
         END IF;
         cols := cols || 'max_attempts'::text; vals := vals || '$8'::text;
     END IF;
+    -- The key of the fair claim's rotation, as @job(fair_key=...) stores it; '' is the
+    -- turn the jobs of a fair queue without a key of their own share.
+    IF fair_key IS NOT NULL THEN
+        IF length(fair_key) > 255 THEN
+            RAISE EXCEPTION 'pgjobs_enqueue: fair_key must be at most 255 characters, got %',
+                quote_literal(left(fair_key, 300)) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        cols := cols || 'fair_key'::text; vals := vals || '$13'::text;
+    END IF;
     IF debounce IS NULL THEN
         IF debounce_key IS NOT NULL OR max_wait IS NOT NULL OR keep IS NOT NULL THEN
             RAISE EXCEPTION 'pgjobs_enqueue: debounce_key, max_wait and keep need debounce (how long to wait)'
@@ -203,7 +214,8 @@ BEGIN
             'RETURNING id, queue',
             array_to_string(cols, ', '), array_to_string(vals, ', '))
         INTO new_id, new_queue
-        USING task, args, kwargs, queue, priority, run_at, idempotency_key, max_attempts;
+        USING task, args, kwargs, queue, priority, run_at, idempotency_key, max_attempts,
+              debounce, debounce_key, max_wait, keep, fair_key;
         IF new_id IS NOT NULL THEN
             PERFORM pg_notify('{NOTIFY_CHANNEL}', new_queue);
         END IF;

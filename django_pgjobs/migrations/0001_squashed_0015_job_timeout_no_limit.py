@@ -32,11 +32,14 @@ RESET_AUTOVACUUM = (
     "ALTER TABLE django_pgjobs_job RESET (autovacuum_vacuum_scale_factor,"
     " autovacuum_vacuum_threshold, autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay)"
 )
-# Both signatures: 0007 adds the debounce arguments, and its reverse keeps the function
-# (a call of the eight arguments means the same with the four more defaulted).
+# Every signature: 0007 adds the debounce arguments and 0010 the fair key, and their
+# reverses keep the function (a call of the older arguments means the same with the
+# newer ones defaulted).
 ENQUEUE_FUNCTION_DROP = (
     "DROP FUNCTION IF EXISTS pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer),"
-    " pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer, interval, text, interval, text)"
+    " pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer, interval, text, interval, text),"
+    " pgjobs_enqueue(text, jsonb, jsonb, text, integer, timestamptz, text, integer, interval, text, interval, text,"
+    " text)"
 )
 
 
