@@ -1,5 +1,5 @@
 """Admin for queues as rows: pause/resume, ``max_running``, ``rate`` and the weights of
-fair keys at runtime.
+fair keys at runtime; a queue's page shows its busiest fair keys.
 
 Every save and action wakes the workers (NOTIFY) so they re-read the limits at
 once instead of at their next ``POLL_INTERVAL``.
@@ -8,15 +8,20 @@ once instead of at their next ``POLL_INTERVAL``.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.db import connections
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 
 from django_pgjobs import queues
 from django_pgjobs.admin.lookups import RefusesNulLookups
 from django_pgjobs.conf import get_settings
+from django_pgjobs.health import overview as overview_queries
 from django_pgjobs.jobs.fair_schema import weights_problems
 from django_pgjobs.models import Job, Queue
 from django_pgjobs.states import JobStatus
@@ -62,6 +67,31 @@ class QueueAdmin(RefusesNulLookups, admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="pending")
     def pending(self, obj: Queue) -> int:
         return Job.objects.filter(status=JobStatus.PENDING, queue=obj.name).count()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The queue's page: its busiest fair keys above the fields (one bounded query;
+        none shown for a queue without fair keys)."""
+        context = dict(extra_context or {})
+        name = unquote(object_id)
+        database = connections[get_settings().DATABASE]
+        jobs = reverse("admin:django_pgjobs_job_changelist")
+        context["pgjobs_fair_keys"] = [
+            (
+                key,
+                pending,
+                pending >= overview_queries.BUSIEST_COUNT_CAP,
+                f"{jobs}?{urlencode({'queue': name, 'fair_key': key, 'status__exact': 'pending'})}",
+            )
+            for key, pending in overview_queries.busiest_fair_keys(database, name)
+        ]
+        context["pgjobs_fair_keys_read"] = overview_queries.BUSIEST_KEYS_READ
+        return super().change_view(request, object_id, form_url, context)
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)

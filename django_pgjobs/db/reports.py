@@ -126,6 +126,38 @@ WITH RECURSIVE fk(queue, key) AS (
 SELECT DISTINCT key FROM (SELECT key FROM fk LIMIT 200) AS first_keys
 """
 
+# The busiest fair keys of one queue, for its admin page: the keys of its pending jobs
+# by a loose index scan of the fair index (one descent a key, the first
+# %(keys)s keys in key order), each key's pending jobs counted through the same index
+# up to %(cap)s (a key with more shows as that many or more), the %(top)s largest
+# counts. Bounded whatever the backlog: at most keys descents and keys x cap index
+# entries. The key is bounded on both sides (>= and <=, not =) so that statistics
+# which saw one key still plan the count on the fair index (see claim/fair.py).
+# No locks.
+FAIR_KEYS_BUSIEST = f"""
+WITH RECURSIVE fk(key) AS (
+    (SELECT fair_key FROM {JOB}
+      WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL AND queue = %(queue)s
+      ORDER BY fair_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT fair_key FROM {JOB}
+             WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
+               AND queue = %(queue)s AND fair_key > fk.key
+             ORDER BY fair_key LIMIT 1)
+      FROM fk WHERE fk.key IS NOT NULL
+)
+SELECT k.key, c.pending
+  FROM (SELECT key FROM fk WHERE key IS NOT NULL LIMIT %(keys)s) AS k
+  CROSS JOIN LATERAL (
+    SELECT count(*) AS pending FROM (
+        SELECT 1 FROM {JOB} j
+         WHERE j.status = '{JobStatus.PENDING}' AND j.fair_key IS NOT NULL
+           AND j.queue = %(queue)s AND j.fair_key >= k.key AND j.fair_key <= k.key
+         LIMIT %(cap)s) AS capped) AS c
+ ORDER BY c.pending DESC, k.key
+ LIMIT %(top)s
+"""
+
 # Fair shares, per queue: among the fair keys with a due job and none running, the
 # longest any has waited (the age of its next job's run_at, in claim order). A key
 # being served has a running job, so a large backlog served in turn does not count;

@@ -35,6 +35,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.db.reports import (
     ACTIVE_QUEUES,
+    FAIR_KEYS_BUSIEST,
     FAIR_WAIT,
     INDEX_SIZE,
     PENDING_FAIR_KEYS,
@@ -283,6 +284,24 @@ def fair_waits(connection: BaseDatabaseWrapper) -> dict[str, float]:
     """Per queue with fair keys: the longest a key with a due job and none running has
     waited, in seconds (``FAIR_WAIT``)."""
     return {str(queue): float(age) for queue, age in _rows(connection, FAIR_WAIT)}
+
+
+#: The queue page's busiest fair keys: how many it shows, among how many keys (in key
+#: order), each counted up to how many pending jobs.
+BUSIEST_SHOWN, BUSIEST_KEYS_READ, BUSIEST_COUNT_CAP = 10, 200, 1000
+
+
+def busiest_fair_keys(connection: BaseDatabaseWrapper, queue: str) -> list[tuple[str, int]]:
+    """The fair keys of ``queue`` with the most pending jobs, most first: (key,
+    pending). A count of ``BUSIEST_COUNT_CAP`` means at least that many; only the first
+    ``BUSIEST_KEYS_READ`` keys in key order are counted (``FAIR_KEYS_BUSIEST``)."""
+    params = {
+        "queue": queue,
+        "keys": BUSIEST_KEYS_READ,
+        "cap": BUSIEST_COUNT_CAP,
+        "top": BUSIEST_SHOWN,
+    }
+    return [(str(key), int(n)) for key, n in _rows(connection, FAIR_KEYS_BUSIEST, params)]
 
 
 def pending_fair_keys(connection: BaseDatabaseWrapper) -> list[str]:

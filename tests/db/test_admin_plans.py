@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_pgjobs.admin import job_list
-from django_pgjobs.db.tables import JOB
+from django_pgjobs.db.tables import JOB, QUEUE
 from django_pgjobs.maintenance.rollup import Rollup
 from tests.admin_rows import OVERVIEW, changelist_url, text
 from tests.testapp.jobs import add, discard_me, noop, send_email
@@ -65,6 +65,9 @@ def big_table(monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setattr(job_list, "SEARCH_WINDOW", ROWS // 10)
     with connection.cursor() as cursor:
         cursor.execute(FILL.replace("%", "%%").replace("%%(n)s", "%(n)s"), {"n": ROWS})
+        cursor.execute(
+            f"INSERT INTO {QUEUE} (name, paused, updated_at) VALUES ('emails', false, now())"
+        )
         cursor.execute(f"ANALYZE {JOB}")
         cursor.execute(f"SELECT max(id) FROM {JOB} WHERE status = 'dead'")
         dead = int(cursor.fetchone()[0])
@@ -101,6 +104,8 @@ def pages(job: int) -> dict[str, str]:
         "search, a key": changelist_url(q="no-such-key"),
         "job page": reverse("admin:django_pgjobs_job_change", args=[job]),
         "overview": reverse(OVERVIEW),
+        # a queue's page: its busiest fair keys (tests/db/test_fair_admin.py)
+        "queue page": reverse("admin:django_pgjobs_queue_change", args=["emails"]),
     }
 
 

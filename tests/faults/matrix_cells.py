@@ -280,6 +280,11 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
             "INSERT INTO django_pgjobs_workflow (name, kind) VALUES ('pages', 'group') RETURNING id"
         ).fetchone()[0]
         s.db.execute("UPDATE django_pgjobs_job SET workflow_id = %s WHERE id = %s", [run, job])
+        # a queue's page, which reads its busiest fair keys
+        s.db.execute(
+            "INSERT INTO django_pgjobs_queue (name, paused, updated_at)"
+            " VALUES ('default', false, now()) ON CONFLICT (name) DO NOTHING"
+        )
         arg = {
             "paths": [
                 "/admin/django_pgjobs/job/",
@@ -288,6 +293,7 @@ def run_driver_cell(s: Scenario) -> dict[str, str]:
                 "/admin/django_pgjobs/job/?status__exact=dead",
                 "/admin/django_pgjobs/workflow/",
                 f"/admin/django_pgjobs/workflow/{run}/change/",
+                "/admin/django_pgjobs/queue/default/change/",
             ]
         }
     else:

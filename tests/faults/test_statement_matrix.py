@@ -245,6 +245,7 @@ def _capture(db: psycopg.Connection, workers: Workers, tmp: Path) -> dict[str, d
                     f"/admin/django_pgjobs/job/{job}/change/",
                     "/admin/django_pgjobs/job/overview/",
                     "/admin/django_pgjobs/queue/",
+                    "/admin/django_pgjobs/queue/default/change/",  # its busiest fair keys
                 ]
             },
         ),
