@@ -7,6 +7,7 @@ window from another connection. ``RUNS``: each run's start, in this process.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -32,6 +33,26 @@ def approval_then_fail_once(context: JobContext) -> Any:
     if RUNS.count(context.job_id) == 1:
         raise RuntimeError("after the wait, the first run fails")
     return answer
+
+
+@job(takes_context=True, queue="durable")
+def polls_for_stop(context: JobContext, limit: float) -> Any:
+    """Runs, polling for signal "stop" (a wait that times out at once), until one
+    comes or ``limit`` seconds pass: a running job that a signal finds running."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        stop = context.wait_for_signal("stop", timeout=0)
+        if stop is not None:
+            return {"stop": stop}
+        time.sleep(0.1)
+    return {"stop": None}
+
+
+@job(takes_context=True, queue="durable")
+def runs_for(context: JobContext, seconds: float) -> float:
+    """Runs for ``seconds``: a job beside another, heartbeaten with it."""
+    time.sleep(seconds)
+    return seconds
 
 
 @job(takes_context=True, queue="durable")
@@ -74,10 +95,11 @@ async def async_approval(context: JobContext) -> Any:
 @job(takes_context=True)
 def fault_waits(context: JobContext) -> Any:
     """The fault matrix's waiting job (setup="waits"), of the default queue like the
-    matrix's other jobs: takes the signal sent before it, then waits for two events
-    nobody emits (with a key, without) until their half-second timeouts, each a park
-    the wake pass ends."""
+    matrix's other jobs: takes the signal sent before it, then waits for a signal and
+    two events nobody sends or emits (events with a key, without) until their
+    half-second timeouts, each a park the wake pass ends."""
     signal = context.wait_for_signal("go", timeout=0.5)
+    context.wait_for_signal("fault.none", timeout=0.5)
     keyed = context.wait_for_event("fault.done", key=str(context.job_id), timeout=0.5)
     unkeyed = context.wait_for_event("fault.none", timeout=0.5)
     return [signal, keyed, unkeyed]

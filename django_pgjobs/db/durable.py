@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django_pgjobs.db.cursor import Connection, hot_cursor, json_value
+from django_pgjobs.db.cursor import Connection, atomic, hot_cursor, json_value
+from django_pgjobs.db.job_signals import SIGNAL_PARK_TRY
 from django_pgjobs.db.moves import declare
 from django_pgjobs.db.notify import due_payload
-from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL, STEP, by_id_is
+from django_pgjobs.db.tables import JOB, NOTIFY_CHANNEL, SIGNAL, STEP, by_id_is
 from django_pgjobs.states import JobStatus
 
 RUNNING, WAITING, PENDING = JobStatus.RUNNING, JobStatus.WAITING, JobStatus.PENDING
@@ -79,26 +80,39 @@ SELECT EXISTS (SELECT 1 FROM j), (SELECT seq FROM ins)
 # Park a run: the job leaves its worker until %(until)s (NULL: no time limit), the
 # attempt not counted (the claim counted it: given back, as a release does).
 #
-# Why a wake is never lost: whoever gives a job something to wait for (a signal, an
-# event) or wakes it bumps ``wakes`` in its own transaction, and the run read
-# ``wakes`` (%(seen)s) in the same snapshot as its last look for what it waits for.
-# This UPDATE locks the row; if a waker's transaction holds it, the UPDATE waits for
-# that commit, and READ COMMITTED then re-evaluates the row's new version (the
-# CASEs read the committed ``wakes``). So a wake that committed after the run's look
-# is seen here, however close, and the job goes back to pending, due now, instead
-# of waiting; a wake that commits after this statement finds the row waiting and
-# moves it itself. The NOTIFY of a job that stays pending wakes a worker at commit.
+# Why a wake is never lost. A waker that wakes a running job (an event's emit, which
+# finds the row by the ``waiting_for`` its wait's look wrote) bumps ``wakes`` in its
+# own transaction, and the run read ``wakes`` (%(seen)s) in the same snapshot as its
+# last look. This UPDATE locks the row; if a waker's transaction holds it, the UPDATE
+# waits for that commit, and READ COMMITTED then re-evaluates the row's new version
+# (the CASEs read the committed ``wakes``). A signal's send locks no running row
+# (``db/job_signals.py``): the park of a signal wait runs after SIGNAL_PARK_TRY in
+# its transaction, and %(free)s is what that got. Not free: a send to this job is in
+# flight, and the job goes back to pending (its next run's look waits for that send).
+# Free: every earlier send has committed, and ``signal`` (this statement's snapshot,
+# taken after the lock) finds an unconsumed signal of the wait's name, if one came
+# after the look. So a wake that committed after the run's look is seen here, however
+# close, and the job goes back to pending, due now, instead of waiting; a wake that
+# commits after this statement finds the row waiting and moves it itself. The NOTIFY
+# of a job that stays pending wakes a worker at commit.
 #
 # A redo of this write (its reply was lost) recognises its committed self: every
 # claim moves the lease on, so a waiting or pending row still at our lease is one
 # we parked (a cancel bumps the lease too).
+_WOKEN = "(wakes <> %(seen)s OR (SELECT came FROM signal))"
 JOB_PARK = f"""
-WITH upd AS (
+WITH signal AS (
+    SELECT NOT %(free)s OR EXISTS (
+        SELECT 1 FROM {SIGNAL} s
+         WHERE s.job_id = %(id)s AND s.consumed_at IS NULL
+           AND s.name = %(waiting_for)s::jsonb->>'name'
+           AND %(waiting_for)s::jsonb->>'kind' = 'signal') AS came
+), upd AS (
     UPDATE {JOB}
-       SET status = CASE WHEN wakes <> %(seen)s THEN '{PENDING}' ELSE '{WAITING}' END,
-           run_at = CASE WHEN wakes <> %(seen)s THEN now()
+       SET status = CASE WHEN {_WOKEN} THEN '{PENDING}' ELSE '{WAITING}' END,
+           run_at = CASE WHEN {_WOKEN} THEN now()
                          ELSE COALESCE(%(until)s::timestamptz, '{NO_LIMIT}') END,
-           waiting_for = CASE WHEN wakes <> %(seen)s THEN NULL ELSE %(waiting_for)s::jsonb END,
+           waiting_for = CASE WHEN {_WOKEN} THEN NULL ELSE %(waiting_for)s::jsonb END,
            attempts = attempts - 1,
            suspect = false
      WHERE id = %(id)s AND lease = %(lease)s AND {by_id_is(RUNNING)}
@@ -277,17 +291,31 @@ def job_park(
     until: datetime | None,
     waiting_for: str,
     seen: int,
+    signal: bool = False,
 ) -> str | None:
-    """JOB_PARK: park a run (``waiting_for``: JSON text); the status it gave the row
-    ("waiting", or "pending" when a wake came meanwhile), None when the lease was no
-    longer ours."""
+    """JOB_PARK: park a run (``waiting_for``: JSON text; ``signal``: a wait for a
+    signal, whose park first tries the job's signal lock, in one transaction with it);
+    the status it gave the row ("waiting", or "pending" when a wake came meanwhile),
+    None when the lease was no longer ours."""
     params = {
         "id": id,
+        "job_id": id,
         "lease": lease,
         "until": until,
         "waiting_for": waiting_for,
         "seen": seen,
+        "free": True,
     }
+    if not signal:
+        return _park(connection, params)
+    with atomic(connection):
+        with hot_cursor(connection) as cursor:
+            cursor.execute(SIGNAL_PARK_TRY, params)
+            params["free"] = bool(cursor.fetchone()[0])
+        return _park(connection, params)
+
+
+def _park(connection: Connection, params: dict[str, Any]) -> str | None:
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_PARK, params)
         row = cursor.fetchone()

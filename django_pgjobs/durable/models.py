@@ -34,11 +34,12 @@ def waiting_for_field() -> models.JSONField[Any]:
 
 
 def wakes_field() -> models.BigIntegerField[int, int]:
-    """``Job.wakes``: bumped by every statement that wakes the job or gives it
-    something to wait for (a signal, an event), in that statement's transaction. The
-    park is conditional on it (``JOB_PARK`` of ``db/durable.py``): a wake that commits
-    between the run's last look and its park sends the job back to pending instead of
-    leaving it asleep."""
+    """``Job.wakes``: bumped by every statement that wakes a waiting job, and by an
+    event's emit for a running job whose wait looked already, in that statement's
+    transaction. The park is conditional on it (``JOB_PARK`` of ``db/durable.py``): a
+    wake that commits between the run's last look and its park sends the job back to
+    pending instead of leaving it asleep. A signal to a running job does not touch its
+    row: the park of a signal wait checks for one itself (``db/job_signals.py``)."""
     return models.BigIntegerField(db_default=0, editable=False)
 
 

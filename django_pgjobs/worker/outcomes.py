@@ -138,6 +138,7 @@ def park(connection: BaseDatabaseWrapper, claimed: Claimed, parked: Parked) -> b
         until=parked.until,
         waiting_for=json.dumps(parked.waiting_for),
         seen=parked.seen_wakes,
+        signal=parked.waiting_for.get("kind") == "signal",
     )
     return status is not None
 

@@ -1,5 +1,7 @@
 """Waits racing senders on real connections (threads, each its own transaction): a send
-or an emit still open while the wait looks, and two sends at once to one wait."""
+or an emit still open while the wait looks, a send in flight or committed between the
+look and the park, a REPEATABLE READ send older than the park, and two sends at once to
+one wait."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from django.db import connection, transaction
-from django.db.models.functions import Now
 
 from django_pgjobs import emit_event, send_signal
 from django_pgjobs.models import Job, JobSignal
@@ -109,34 +110,102 @@ def test_an_event_emitted_while_the_wait_looks_is_seen_by_the_look() -> None:
     assert [job.id] == RUNS
 
 
-def test_a_signal_sent_while_the_wait_looks_wakes_the_park() -> None:
-    """The send holds the job's row and its signal uncommitted while the run looks (and
-    finds nothing); the park waits for the row, sees ``wakes`` moved once the send
-    commits, and leaves the job pending: its next run takes the signal."""
+def test_a_signal_sent_while_the_wait_looks_is_seen_by_the_look() -> None:
+    """The send holds the job's signal lock shared until it commits, and no lock on the
+    running job's row; the look's exclusive lock waits for that commit, and the look
+    (a later snapshot) takes the signal: one run."""
     job = signal_jobs.parks_then_hook.enqueue("signal")
-    # A first run records the wait's arrival (a record locks the job's row, which the
-    # open send will hold) and parks; the job is then woken as "wake now" does.
-    assert [r.status for r in run_jobs()] == ["waiting"]
-    Job.objects.filter(id=job.id).update(status="pending", waiting_for=None, run_at=Now())
     sender = OpenSender(lambda: send_signal(job.id, "approval", "in flight"))
 
     problems: list[str] = []
 
     def before_wait() -> None:
-        HOOK["before_wait"] = None  # this run only
         sender.start()
+        _commit_once_waited_on("advisory", sender, problems)
+
+    HOOK["before_wait"] = before_wait
+    [ran] = run_jobs()
+    assert not problems, problems
+    assert (ran.status, ran.value) == ("completed", "in flight")
+    assert [job.id] == RUNS
+
+
+def test_a_signal_in_flight_at_the_park_leaves_the_job_pending() -> None:
+    """A send that begins after the look (which found nothing) and is still open at the
+    park: the park cannot take the signal lock, so it leaves the job pending without
+    waiting for the sender; the next run's look waits for the send's commit and takes
+    the signal."""
+    job = signal_jobs.parks_then_hook.enqueue("signal")
+    sender = OpenSender(lambda: send_signal(job.id, "approval", "in flight"))
+
+    problems: list[str] = []
 
     def after_look() -> None:
-        HOOK["after_look"] = None
-        _commit_once_waited_on("transactionid", sender, problems)
+        HOOK["after_look"] = None  # this run only
+        sender.start()
+        # Committed once the second run's look waits for it: the park did not wait.
+        _commit_once_waited_on("advisory", sender, problems)
 
-    HOOK.update(before_wait=before_wait, after_look=after_look)
+    HOOK["after_look"] = after_look
     first, second = run_jobs()
     assert not problems, problems
     assert first.status == "waiting"  # the run parked ...
     assert (second.status, second.value) == ("completed", "in flight")  # ... as pending
     assert JobSignal.objects.get().consumed_by == "approval#1"
-    assert [job.id, job.id, job.id] == RUNS
+    assert [job.id, job.id] == RUNS
+
+
+def test_a_signal_committed_between_the_look_and_the_park_leaves_the_job_pending() -> None:
+    """A send that commits after the look found nothing and before the park (it found
+    the row running, so it woke nothing): the park, whose snapshot follows its lock,
+    sees the unconsumed signal and leaves the job pending."""
+    job = signal_jobs.parks_then_hook.enqueue("signal")
+
+    def after_look() -> None:
+        HOOK["after_look"] = None
+        send_signal(job.id, "approval", "between")
+
+    HOOK["after_look"] = after_look
+    first, second = run_jobs()
+    assert first.status == "waiting"
+    assert (second.status, second.value) == ("completed", "between")
+    assert Job.objects.get(id=job.id).wakes == 0  # no waker touched the running row
+
+
+def test_a_repeatable_read_send_older_than_the_park_is_a_serialization_error() -> None:
+    """A REPEATABLE READ caller's snapshot can predate the park: its send locks the
+    row instead, and a row parked since its snapshot is a serialization failure (the
+    caller retries), never a signal stored beside a job left waiting."""
+    job = signal_jobs.approval.enqueue()
+    snapshot, parked = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cursor.execute("SELECT 1")  # the snapshot, before the park
+                snapshot.set()
+                assert parked.wait(30)
+                send_signal(job.id, "approval", "old snapshot")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    assert snapshot.wait(30)
+    [ran] = run_jobs()
+    parked.set()
+    thread.join(30)
+    assert ran.status == "waiting"
+    assert [type(e.__cause__).__name__ for e in errors] == ["SerializationFailure"]
+    assert not JobSignal.objects.exists()
+    send_signal(job.id, "approval", "retried")  # the caller's retry wakes it
+    [ran] = run_jobs()
+    assert (ran.status, ran.value) == ("completed", {"answer": "retried"})
 
 
 def test_two_signals_sent_at_once_to_one_wait_one_consumed_one_kept() -> None:

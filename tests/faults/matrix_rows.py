@@ -17,8 +17,8 @@ CRASHER = "tests.testapp.jobs.exits_nine"
 CHUNK = "tests.chunk_jobs.fault_chunk"
 #: A durable job: a step, a half-second sleep, a step (setup="durable").
 DURABLE = "tests.durable_jobs.fault_durable"
-#: A job that waits: takes a signal sent before it, then two event waits that time out
-#: (setup="waits").
+#: A job that waits: takes a signal sent before it, then a signal wait and two event
+#: waits that time out (setup="waits").
 WAITS = "tests.signal_jobs.fault_waits"
 #: An async job that cancels every task of its worker's loop, and its neighbour.
 CANCELS_ALL = "tests.testapp.core_jobs.cancels_every_task"
@@ -403,8 +403,15 @@ ROWS: tuple[Row, ...] = (
         periodic=True,
     ),
     # Waits (durable/signals.py, durable/events.py): a job of the workload takes the
-    # signal sent before it, then waits for two events until their timeouts.
+    # signal sent before it, then waits for a signal and two events until their timeouts.
+    Row("worker: a signal wait's lock", "db.SIGNAL_LOCK", "worker", setup="waits"),
     Row("worker: take a signal for a wait", "db.SIGNAL_TAKE", "worker", setup="waits"),
+    Row(
+        "worker: a signal wait's park tries the job's signal lock",
+        "db.SIGNAL_PARK_TRY",
+        "worker",
+        setup="waits",
+    ),
     Row("worker: an event wait's lock", "db.EVENT_LOCK", "worker", setup="waits"),
     Row("worker: an event wait's look", "db.EVENT_LOOK", "worker", setup="waits"),
     Row(
@@ -674,6 +681,13 @@ ROWS: tuple[Row, ...] = (
     ),
     # Signals and events (durable/signals.py, durable/events.py), in the caller's
     # transaction: a lost COMMIT reply, then the caller's retry (the same key).
+    Row(
+        "send_signal: the job's signal lock, shared (retried once, then delivered again)",
+        "db.SIGNAL_LOCK_SHARED",
+        "driver",
+        action="send_signal",
+        at_commit=True,
+    ),
     Row(
         "send_signal (retried once, then delivered again)",
         "db.SIGNAL_SEND",

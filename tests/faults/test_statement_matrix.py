@@ -359,8 +359,10 @@ def test_matrix_covers_every_statement(
         "db.STEP_RECORD",
         "db.JOB_PARK",
         "db.JOB_WAKE_DUE",
-        # waits: a job that takes a signal and waits for events (setup="waits")
+        # waits: a job that takes a signal and waits for a signal and events (setup="waits")
+        "db.SIGNAL_LOCK",
         "db.SIGNAL_TAKE",
+        "db.SIGNAL_PARK_TRY",
         "db.EVENT_LOCK",
         "db.EVENT_LOOK",
         "db.EVENT_LOOK_NO_KEY",
