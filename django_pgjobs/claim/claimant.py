@@ -70,6 +70,7 @@ class Claimant:
         refresh: float | None = None,
         known_only: bool = False,
         notified: bool = False,
+        fair_rows_once: bool = False,
     ):
         self.worker = worker
         self.front = front
@@ -83,6 +84,12 @@ class Claimant:
         # fair key, and (read with the limits) those whose rows have keys or weights.
         self._fair_declared = frozenset(d.queue for d in mine if d.fair_key is not None)
         self._fair_rows: frozenset[str] = frozenset()
+        # fair_rows_once: read the queues that the rows make fair once, not with every
+        # re-read of the limits (testing.run_jobs re-reads those before each claim).
+        # A queue that becomes fair after is still drained, by the plain claim, which
+        # takes keyed rows too.
+        self._fair_rows_once = fair_rows_once
+        self._fair_rows_read = False
         self.cursors = FairCursors()
         self._fair_turn = 0  # which fair queue a claim serves first (several: in turn)
         self._known = frozenset(names)
@@ -146,7 +153,9 @@ class Claimant:
 
     def load(self, connection: BaseDatabaseWrapper) -> None:
         self.limits = {r[0]: QueueLimits(*r) for r in queue_limits(connection)}
-        self._fair_rows = frozenset(fair_queues(connection))
+        if not (self._fair_rows_once and self._fair_rows_read):
+            self._fair_rows = frozenset(fair_queues(connection))
+            self._fair_rows_read = True
         self._loaded_at = time.monotonic()
 
     def claim_options(

@@ -86,8 +86,9 @@ def run_jobs(
     connection = connections[alias]
     worker = "testing.run_jobs"
     # refresh=0: re-read the queue rows before every claim, so a pause_queue() or an
-    # admin edit made by the test between two jobs is seen at once.
-    state = Claimant(queues, worker=worker, refresh=0.0, known_only=True)
+    # admin edit made by the test between two jobs is seen at once. The queues made
+    # fair by their rows are read once a call: a claim costs one statement.
+    state = Claimant(queues, worker=worker, refresh=0.0, known_only=True, fair_rows_once=True)
     ran: list[RanJob] = []
     while max_jobs is None or len(ran) < max_jobs:
         claimed = state.take(connection, 1)

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from django.db import DataError, ProgrammingError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.models import Job
+from django_pgjobs.testing import run_jobs
 from tests import fair_jobs
 from tests.db.test_fair import FAIR_TASKS, many
 
@@ -123,3 +125,26 @@ def test_calls_of_the_older_arguments_mean_what_they_meant() -> None:
         twelve = cursor.fetchone()[0]
     rows = Job.objects.filter(id__in=[eight, twelve])
     assert sorted(rows.values_list("max_attempts", "fair_key")) == [(3, None), (3, None)]
+
+
+@db
+def test_run_jobs_reads_the_fair_queues_once_a_call_and_still_rotates() -> None:
+    """testing.run_jobs re-reads the queue rows before each claim (a pause between two
+    jobs is seen), but the fair queues once: a claim costs one statement more, not two."""
+    for tenant, count in (("a", 3), ("b", 1), ("c", 1)):
+        for i in range(count):
+            fair_jobs.tenant_job.using(run_at=due_now()).enqueue(tenant, i)
+    with CaptureQueriesContext(connection) as captured:
+        ran = run_jobs(queues=["fair"])
+    keys = dict(Job.objects.values_list("id", "fair_key"))
+    assert [keys[r.id] for r in ran] == [
+        "tenant:a",
+        "tenant:b",
+        "tenant:c",
+        "tenant:a",
+        "tenant:a",
+    ]
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert len([s for s in statements if "fq(name)" in s]) == 1, statements
+    limits = [s for s in statements if s.lstrip().startswith("SELECT name, paused, max_running")]
+    assert len(limits) == 6, statements  # five claims and the empty one
