@@ -13,6 +13,7 @@ from django.conf import settings
 
 from django_pgjobs.models import Job, JobResult
 from tests.model import jobs, records
+from tests.model.plan import FAIR, HEAVY
 from tests.model.records import Run
 from tests.model.world import PID, World, owner_pid
 
@@ -92,7 +93,13 @@ def workers(world: World) -> list[str]:
 
 def during(world: World) -> list[str]:
     runs = records.all_runs()
-    return limits(world, runs) + pauses(world, runs) + world.unique_errors + workers(world)
+    return (
+        limits(world, runs)
+        + pauses(world, runs)
+        + world.unique_errors
+        + world.debounced.problems
+        + workers(world)
+    )
 
 
 def at_end(world: World) -> list[str]:
@@ -107,6 +114,7 @@ def at_end(world: World) -> list[str]:
     problems += reruns(world, rows, runs)
     problems += false_reaps(world, rows)
     problems += false_fences(world)
+    problems += fairness(world, runs)
     problems += world.batches.at_end()
     return problems
 
@@ -192,6 +200,28 @@ def cut_short(run: Run, runs: Sequence[Run]) -> bool:
             for other in runs
         )
     )
+
+
+def fairness(world: World, runs: Sequence[Run]) -> list[str]:
+    """No tenant starved behind another's backlog: each light tenant's job of the fair
+    burst, enqueued just after the heavy tenant's backlog, is first claimed before the
+    last of that backlog is (a FIFO claim would start it last). Read from first claims,
+    which a later SIGKILL, freeze or timeout does not move; jobs the model cancelled or
+    retried are left out on both sides."""
+    first: dict[int, float] = {}
+    for run in runs:
+        first[run.job_id] = min(first.get(run.job_id, math.inf), run.claimed or run.started)
+    burst = [n for n in world.notes.values() if n.kind == FAIR and not n.touched and n.id in first]
+    heavy = [first[n.id] for n in burst if n.tenant == HEAVY]
+    if not heavy:
+        return []
+    last = max(heavy)
+    return [
+        f"fair key {n.tenant!r}: job {n.id} first claimed {first[n.id] - last:.2f}s after the"
+        f" last job of tenant {HEAVY!r}'s backlog, enqueued before it"
+        for n in burst
+        if n.tenant != HEAVY and first[n.id] >= last
+    ]
 
 
 def false_reaps(world: World, rows: dict[int, Job]) -> list[str]:

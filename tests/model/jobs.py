@@ -81,6 +81,45 @@ def debounce(context: JobContext, tag: int, seconds: float, key: str) -> int:
     return tag
 
 
+@job(
+    queue=PLAIN,
+    takes_context=True,
+    debounce=0.3,
+    debounce_key="model-debounce:{key}",
+    max_wait=1.0,
+    keep="first",
+    max_attempts=ATTEMPTS,
+)
+def debouncefirst(context: JobContext, tag: int, seconds: float, key: str) -> int:
+    """Debounced, keeping the first arguments: its result is the tag of the enqueue
+    that made it."""
+    _run(context, "debouncefirst", None, seconds)
+    return tag
+
+
+@job(queue=CAPPED, takes_context=True, fair_key="model-fair:{tenant}", max_attempts=ATTEMPTS)
+def fair(context: JobContext, tag: int, seconds: float, tenant: str) -> int:
+    """A tenant's job on the capped queue, which its fair key makes a fair queue: the
+    capped kinds' jobs take their turn there as the key ``""``, under one max_running."""
+    _run(context, "fair", "capped", seconds)
+    return tag
+
+
+@job(
+    queue=KEYED,
+    takes_context=True,
+    fair_key="model-fair:{tenant}",
+    concurrency_key="model:{key}",
+    concurrency_limit=1,
+    max_attempts=ATTEMPTS,
+)
+def fairkeyed(context: JobContext, tag: int, seconds: float, key: str, tenant: str) -> int:
+    """A tenant's job on the keyed queue (a fair queue through it), sharing the keyed
+    kind's concurrency keys: a tenant whose next job waits on a busy key is passed over."""
+    _run(context, "fairkeyed", f"model:{key}", seconds)
+    return tag
+
+
 @job(queue=PLAIN, takes_context=True, unique_while="active", max_attempts=ATTEMPTS)
 def unique(context: JobContext, tag: int, seconds: float) -> int:
     _run(context, "unique", None, seconds)

@@ -179,23 +179,58 @@ def _with_chunk(seed: int, plan: list[Op]) -> list[Op]:
     return [*plan[:at], Op("enqueue", args), *plan[at:]]
 
 
-#: The debounced kind: one burst of enqueues of one key per scenario, drawn apart like
-#: the chunk handler's (``_with_debounce``).
-DEBOUNCE = "debounce"
+#: The debounced kinds (keep="latest", keep="first"): bursts of enqueues of one key
+#: each per scenario, drawn apart like the chunk handler's (``_with_debounce``).
+DEBOUNCE, DEBOUNCE_FIRST = "debounce", "debouncefirst"
 
 
 def _with_debounce(seed: int, plan: list[Op]) -> list[Op]:
-    """A burst of enqueues of one debounce key, at a place of its own generator's
-    choosing: they join one pending job (a new one once a worker started it), which
-    runs with the last arguments it was given; a second burst after a pause, half the
-    time, finds the first one's job pending, running or done."""
+    """For each debounced kind, a burst of enqueues of one key at a place of its own
+    generator's choosing: they join one pending job, which runs with the last (or the
+    first) arguments it was given; most of the time a second burst after a pause finds
+    the first one's job pending, running (a run of 1 s: it makes a new job) or done."""
     rng = random.Random(f"{DEBOUNCE}:{seed}")
-    burst = {"kind": DEBOUNCE, "count": rng.choice((3, 5, 8)), "seconds": 0.2, "key": "d"}
-    ops = [Op("enqueue", burst)]
-    if rng.random() < 0.5:
-        ops += [Op("wait", {"seconds": rng.choice((0.2, 0.5))}), Op("enqueue", dict(burst))]
-    at = rng.randrange(len(plan) + 1)
-    return [*plan[:at], *ops, *plan[at:]]
+    for kind, key in ((DEBOUNCE, "d"), (DEBOUNCE_FIRST, "f")):
+        burst = {"kind": kind, "count": rng.choice((3, 5, 8)), "key": key}
+        burst["seconds"] = rng.choice((0.2, 1.0))
+        ops = [Op("enqueue", burst)]
+        if rng.random() < 0.7:
+            ops += [Op("wait", {"seconds": rng.choice((0.2, 0.5))}), Op("enqueue", dict(burst))]
+        at = rng.randrange(len(plan) + 1)
+        plan = [*plan[:at], *ops, *plan[at:]]
+    return plan
+
+
+#: The fair kinds: ``fair`` on the capped queue (max_running), ``fairkeyed`` on the
+#: keyed queue (concurrency keys shared with the keyed kind), drawn apart
+#: (``_with_fair``). HEAVY's backlog is enqueued first, then one job of each of
+#: LIGHT's tenants in the same breath: a fair claim starts them before that backlog
+#: is through (checks.fairness).
+FAIR, FAIR_KEYED = "fair", "fairkeyed"
+HEAVY, LIGHT = "h", ("m", "n")
+
+
+def _with_fair(seed: int, plan: list[Op]) -> list[Op]:
+    """The fair burst at one place, and two enqueues of fairkeyed jobs (a timeout hit
+    now and then) at others, from a generator of their own."""
+    rng = random.Random(f"{FAIR}:{seed}")
+    light = [{"kind": FAIR, "count": 1, "seconds": 0.2, "tenant": t} for t in LIGHT]
+    ops = [
+        Op("enqueue", {"kind": FAIR, "count": 8, "seconds": 0.2, "tenant": HEAVY, "then": light})
+    ]
+    for _ in range(2):
+        args: dict[str, Any] = {"kind": FAIR_KEYED, "count": rng.choice((1, 2, 3))}
+        args.update(
+            key=rng.choice(KEYS), tenant=rng.choice(LIGHT), seconds=rng.choice((0.1, 0.3, 0.8))
+        )
+        if rng.random() < 0.3:
+            # one job: a timed-out run holds its key's slot until its thread ends
+            args.update(count=1, timeout=1.0, seconds=2.5)
+        ops.append(Op("enqueue", args))
+    for op in ops:
+        at = rng.randrange(len(plan) + 1)
+        plan = [*plan[:at], op, *plan[at:]]
+    return plan
 
 
 def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) -> list[Op]:
@@ -238,7 +273,7 @@ def make_plan(seed: int, steps: int, *, broken: frozenset[str] = frozenset()) ->
             plan.append(Op(name, {}))
         else:
             plan.append(Op("wait", {"seconds": rng.choice((0.2, 0.5, 1.0, 2.0))}))
-    plan = _with_debounce(seed, _with_chunk(seed, _with_hostile(seed, plan)))
+    plan = _with_fair(seed, _with_debounce(seed, _with_chunk(seed, _with_hostile(seed, plan))))
     # Each known-broken op asked for comes first, beside innocent jobs claimed with it
     # (two attempts each, as in the issue's findings, so a scenario shows it quickly).
     prelude: list[Op] = []

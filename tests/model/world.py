@@ -25,6 +25,7 @@ from django_pgjobs.models import Worker as WorkerRow
 from tests.conftest import WorkerProcess
 from tests.model import jobs, records
 from tests.model.batches import Batches
+from tests.model.debounced import Debounced
 from tests.model.plan import KNOWN_BROKEN, Op
 from tests.model.records import Run
 
@@ -51,7 +52,11 @@ FUNCTIONS: dict[str, Any] = {
     "cancelall": jobs.acancel,
     "chunk": jobs.chunk,
     "debounce": jobs.debounce,
+    "debouncefirst": jobs.debouncefirst,
+    "fair": jobs.fair,
+    "fairkeyed": jobs.fairkeyed,
 }
+DEBOUNCED = ("debounce", "debouncefirst")
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Note:
     seconds: float | None
     timeout: float | None
     key: str | None
+    tenant: str | None = None  # the fair kinds' tenant (their fair key)
     cancelled: bool = False  # a cancel of the model changed it, and no retry since
     touched: list[str] = field(default_factory=list)
 
@@ -124,6 +130,7 @@ class World:
         self.step = 0
         self.unique_errors: list[str] = []
         self.batches = Batches()
+        self.debounced = Debounced()
 
     # -- workers ---------------------------------------------------------------------
 
@@ -201,6 +208,7 @@ class World:
         timeout: float | None = None,
         key: str | None = None,
         attempts: int | None = None,
+        tenant: str | None = None,
         then: list[dict[str, Any]] | None = None,
     ) -> None:
         function = FUNCTIONS[kind]
@@ -216,22 +224,33 @@ class World:
             args: list[Any] = [self.tags]
             if kind not in ("crash", "loop", "cancelall"):
                 args.append(seconds)
-            kwargs = {"key": key} if kind in ("keyed", "debounce") else {}
+            kwargs: dict[str, Any] = {"key": key} if kind in ("keyed", *DEBOUNCED) else {}
+            if kind in ("fair", "fairkeyed"):
+                kwargs = {"tenant": tenant, **({"key": key} if kind == "fairkeyed" else {})}
             holder = self.unique_holder(key) if kind == "unique" else None
+            before = self.debounced.before(kind, str(key)) if kind in DEBOUNCED else None
             made = (function.using(**options) if options else function).enqueue(*args, **kwargs)
             if kind == "unique":
                 self.check_unique(key, holder, made.id)
             self.batches.join(made)
-            if made.id in self.notes and kind == "debounce":
-                # joined the pending job of its key: that job now runs with these arguments
-                self.notes[made.id].tag, self.notes[made.id].seconds = self.tags, seconds
-                self.note(f"  -> job {made.id} (the pending job of its debounce key)")
-                continue
+            if kind in DEBOUNCED:
+                retried = (
+                    any("retry" in t for t in self.notes[before[0]].touched) if before else False
+                )
+                said = self.debounced.after(kind, str(key), before, made.id, retried)
+                self.note(f"  -> job {made.id} ({said})")
+                if made.id in self.notes:
+                    if kind == "debounce":  # keep="latest": it runs with these arguments
+                        self.notes[made.id].tag, self.notes[made.id].seconds = self.tags, seconds
+                    continue
             if made.id in self.notes:
                 self.note(f"  -> job {made.id} (the active job of its unique key)")
                 continue
-            self.notes[made.id] = Note(made.id, kind, self.tags, self.step, seconds, timeout, key)
-            self.note(f"  -> job {made.id}")
+            self.notes[made.id] = Note(
+                made.id, kind, self.tags, self.step, seconds, timeout, key, tenant
+            )
+            if kind not in DEBOUNCED:
+                self.note(f"  -> job {made.id}")
         for more in then or []:  # enqueued in the same breath, no gap
             self.op_enqueue(**more)
 

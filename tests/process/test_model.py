@@ -87,7 +87,8 @@ def test_ci_seeds_cover_the_mix() -> None:
     kinds = {k for k in plan.KINDS if plan.BROKEN_KIND.get(k) not in plan.KNOWN_BROKEN}
     wanted = set(plan.OPS) - {"enqueue"} | kinds
     wanted |= {"keyed-timeout", "capped-timeout", "aplain-timeout"}
-    wanted.add(plan.HOSTILE)
+    wanted |= {plan.HOSTILE, plan.CHUNK, plan.DEBOUNCE, plan.DEBOUNCE_FIRST, plan.FAIR}
+    wanted.add(plan.FAIR_KEYED)
     covered = set().union(
         *(plan.features(plan.make_plan(s, plan.SHORT.steps)) for s in plan.SHORT.seeds)
     )
