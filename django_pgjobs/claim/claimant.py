@@ -190,9 +190,11 @@ class Claimant:
         return self.queues, self._task_filter(self.keyed)
 
     def _fair_scope(self, scope: list[str] | None) -> list[str]:
-        """The fair queues among ``scope`` (None: every queue, those the rows say)."""
+        """The fair queues among ``scope`` (None: every queue, those the rows say and
+        those of this worker's fair tasks: the rows are read only every ``refresh``, and
+        a declared fair queue whose first jobs came since would be claimed FIFO till then)."""
         if scope is None:
-            return sorted(self._fair_rows)
+            return sorted(self._fair_rows | self._fair_declared)
         return [q for q in scope if q in self._fair_declared or q in self._fair_rows]
 
     def _in_turn(self, fair: list[str]) -> list[str]:

@@ -295,3 +295,18 @@ def test_the_fair_wait_gauge_counts_keys_waiting_with_none_running() -> None:
         s.labels["queue"]: s.value for s in families["pgjobs_queue_fair_wait_seconds"].samples
     }
     assert values["fair"] == pytest.approx(waits["fair"], abs=5)
+
+
+@db
+def test_an_every_queue_limited_worker_claims_a_declared_fair_queue_fairly_at_once() -> None:
+    # The rows say which queues are fair only every refresh: read while the queue had
+    # no keyed job, they must not leave its first backlog to a FIFO claim till then.
+    Queue.objects.create(name="fair", max_running=10)
+    state = Claimant(None, FAIR_TASKS, worker="w", refresh=3600.0)
+    assert state.take(connection, 1) == []  # the rows read: no fair queue yet
+    for i in range(4):
+        fair_jobs.tenant_job.enqueue("a", i)
+    fair_jobs.tenant_job.enqueue("b", 0)
+    claimed = state.take(connection, 2)
+    keys = dict(Job.objects.values_list("id", "fair_key"))
+    assert [keys[c.id] for c in claimed] == ["tenant:a", "tenant:b"]

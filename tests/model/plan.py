@@ -204,8 +204,9 @@ def _with_debounce(seed: int, plan: list[Op]) -> list[Op]:
 #: The fair kinds: ``fair`` on the capped queue (max_running), ``fairkeyed`` on the
 #: keyed queue (concurrency keys shared with the keyed kind), drawn apart
 #: (``_with_fair``). HEAVY's backlog is enqueued first, then one job of each of
-#: LIGHT's tenants in the same breath: a fair claim starts them before that backlog
-#: is through (checks.fairness).
+#: LIGHT's tenants, in one transaction (enqueued one by one, the first jobs of the
+#: backlog were claimed before the last tenant's job was in): a fair claim starts
+#: them before that backlog is through (checks.fairness).
 FAIR, FAIR_KEYED = "fair", "fairkeyed"
 HEAVY, LIGHT = "h", ("m", "n")
 
@@ -216,7 +217,17 @@ def _with_fair(seed: int, plan: list[Op]) -> list[Op]:
     rng = random.Random(f"{FAIR}:{seed}")
     light = [{"kind": FAIR, "count": 1, "seconds": 0.2, "tenant": t} for t in LIGHT]
     ops = [
-        Op("enqueue", {"kind": FAIR, "count": 8, "seconds": 0.2, "tenant": HEAVY, "then": light})
+        Op(
+            "enqueue",
+            {
+                "kind": FAIR,
+                "count": 8,
+                "seconds": 0.2,
+                "tenant": HEAVY,
+                "then": light,
+                "together": True,
+            },
+        )
     ]
     for _ in range(2):
         args: dict[str, Any] = {"kind": FAIR_KEYED, "count": rng.choice((1, 2, 3))}

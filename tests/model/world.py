@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 
 from django_pgjobs import pause_queue, resume_queue
 from django_pgjobs.models import HeldSlot, Job, Queue
@@ -210,7 +210,12 @@ class World:
         attempts: int | None = None,
         tenant: str | None = None,
         then: list[dict[str, Any]] | None = None,
+        together: bool = False,
     ) -> None:
+        if together:  # one transaction: the workers see all of it at once
+            with transaction.atomic():
+                self.op_enqueue(kind, count, seconds, timeout, key, attempts, tenant, then)
+            return
         function = FUNCTIONS[kind]
         options: dict[str, Any] = {} if attempts is None else {"max_attempts": attempts}
         if timeout is not None:
