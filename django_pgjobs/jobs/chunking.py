@@ -18,8 +18,9 @@ import inspect
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+from django_pgjobs.support.validation import seconds_of
 
 if TYPE_CHECKING:
     from django_pgjobs.jobs.context import JobContext
@@ -126,15 +127,7 @@ def check_chunk(
 def _wait_seconds(value: Any, name: str) -> float:
     if value is None:
         return 0.0
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise TypeError(
-            f"@job(chunk_wait=...) of {name} must be seconds (int or float) or a timedelta, "
-            f"got {value!r}"
-        )
+    seconds = seconds_of(value, f"@job(chunk_wait=...) of {name}")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(
             f"@job(chunk_wait=...) of {name} must be zero or more seconds, got {value!r}"

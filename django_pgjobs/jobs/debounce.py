@@ -29,7 +29,7 @@ from django_pgjobs.db.job_insert import JOB_BY_UNIQUE_KEY, JOB_DEBOUNCE, insert_
 from django_pgjobs.jobs.job_rows import columns, returning_rows, row_to_job
 from django_pgjobs.jobs.keys import bound_arguments, parameters
 from django_pgjobs.support import tracing
-from django_pgjobs.support.validation import MAX_DELAY, check_key
+from django_pgjobs.support.validation import MAX_DELAY, check_key, seconds_of
 
 if TYPE_CHECKING:
     from django_pgjobs.jobs.definition import JobDefinition
@@ -65,14 +65,7 @@ def unbounded(first: datetime, until: datetime) -> bool:
 
 
 def _seconds(value: Any, option: str, task: str) -> float:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise TypeError(
-            f"{option} of {task} must be a timedelta or a number of seconds, got {value!r}"
-        )
+    seconds = seconds_of(value, f"{option} of {task}")
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_DELAY.total_seconds():
         raise ValueError(
             f"{option} of {task} must be from 0 seconds to {MAX_DELAY.days} days, got {value!r}"

@@ -35,20 +35,22 @@ CALL_OPTIONS = frozenset(
 )
 
 
+def seconds_of(value: Any, where: str, *, or_none: bool = False) -> float:
+    """A duration given as seconds (int or float) or a ``timedelta``, in seconds; the
+    caller checks its range. ``where`` names the argument in the error."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    none = ", a timedelta or None" if or_none else " or a timedelta"
+    raise TypeError(f"{where} must be seconds (int or float){none}, got {value!r}")
+
+
 def check_timeout(value: Any, where: str = "timeout") -> float | None:
     """Seconds (int, float or timedelta) a run may take; None means no limit."""
-    from datetime import timedelta
-
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise TypeError(
-            f"{where} must be seconds (int or float), a timedelta or None, got {value!r}"
-        )
+    seconds = seconds_of(value, where, or_none=True)
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{where} must be a positive number of seconds or None, got {value!r}")
     return seconds

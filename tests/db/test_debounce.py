@@ -71,7 +71,11 @@ def run_due(timeout: float = 10.0) -> list[Any]:
         ),
         ({"debounce": 5, "debounce_key": "d", "keep": "last"}, ValueError, 'keep of .* "latest"'),
         ({"debounce": -1, "debounce_key": "d"}, ValueError, "debounce of .* from 0 seconds"),
-        ({"debounce": "5s", "debounce_key": "d"}, TypeError, "timedelta or a number of seconds"),
+        (
+            {"debounce": "5s", "debounce_key": "d"},
+            TypeError,
+            r"seconds \(int or float\) or a timedelta",
+        ),
         ({"debounce": 5, "debounce_key": "d:{0}"}, ValueError, "not positions"),
         ({"debounce": 5, "debounce_key": "d:{nope}"}, ValueError, "'nope', which is not a param"),
         ({"debounce": 5, "debounce_key": 7}, TypeError, "format string over the job's arguments"),
