@@ -50,8 +50,9 @@ def task_running(job_context: Any) -> Iterator[None]:
 
 def for_task(context: Any) -> Any:
     """``django_pgjobs.durable(context)``: the durable calls (``step``, ``atomic_step``,
-    ``sleep``, ``sleep_until``, ``patched``: a ``JobContext``) of the Django task whose
-    ``TaskContext`` is ``context``, run by a worker of a ``PgJobsBackend``."""
+    ``sleep``, ``sleep_until``, ``wait_for_signal``, ``wait_for_event``, ``patched``: a
+    ``JobContext``) of the Django task whose ``TaskContext`` is ``context``, run by a
+    worker of a ``PgJobsBackend``."""
     job = _task_job.get()
     result = getattr(context, "task_result", None)
     if job is None:

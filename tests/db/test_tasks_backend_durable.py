@@ -36,6 +36,17 @@ def test_a_task_sleeps_as_waiting_and_its_steps_are_not_run_again() -> None:
     assert Job.objects.get(pk=int(result.id)).status == "completed"
 
 
+def test_a_task_waits_for_a_signal_holding_no_worker_and_takes_it_once() -> None:
+    result = t.approval_task.enqueue()
+    [ran] = run_jobs()
+    assert ran.status == "waiting"
+    django_pgjobs.send_signal(int(result.id), "approval", {"ok": True})
+    [ran] = run_jobs()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value is True
+
+
 def test_durable_outside_a_running_task_says_where_it_works() -> None:
     with pytest.raises(RuntimeError, match="inside a task that a django-pgjobs worker runs"):
         django_pgjobs.durable(object())

@@ -165,3 +165,12 @@ def durable_task(context: TaskContext, n: int) -> list[int]:
     steps.sleep("nap", 3600)
     second = steps.step("second", lambda: DURABLE_CALLS.append("second") or first * 2)
     return [first, second]
+
+
+@task(takes_context=True)
+def approval_task(context: TaskContext) -> object:
+    """A Django task waiting for a signal (django_pgjobs.durable(context))."""
+    import django_pgjobs
+
+    answer = django_pgjobs.durable(context).wait_for_signal("approval", timeout=3600)
+    return None if answer is None else answer["ok"]
