@@ -198,6 +198,21 @@ def test_the_one_minute_test_gives_a_path_of_functions_for_each_of_the_six() -> 
         assert not wrong, f"{what}: the path on the page does not match the code: {wrong}"
 
 
+#: The most modules one job's trip (enqueue, claim, run, outcome) may cross.
+TRIP_MODULES = 12
+
+
+def test_one_jobs_trip_is_a_path_of_calls_through_at_most_twelve_modules() -> None:
+    row = one_minute_rows()["one job's trip"]
+    chains = paths(row)
+    wrong = [problem for chain in chains if len(chain) > 1 for problem in broken_links(chain)]
+    assert not wrong, f"one job's trip on the page does not match the code: {wrong}"
+    modules = {path for chain in chains for _, _, path in chain}
+    assert {"django_pgjobs/jobs/enqueue.py", "django_pgjobs/db/job_outcome.py"} <= modules
+    assert len(modules) <= TRIP_MODULES, sorted(modules)
+    assert f"through {len(modules)} modules" in row, "the row's count is not the path's"
+
+
 def test_a_path_that_no_longer_matches_the_code_fails() -> None:
     # The check itself: a call that is not made, a name that is not there, a trigger
     # that does not exist.
