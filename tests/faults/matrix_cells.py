@@ -210,6 +210,9 @@ def run_shutdown_ahead_cell(s: Scenario) -> dict[str, str]:
     worker = s.start_worker(PGJOBS_TEST_SHUTDOWN_TIMEOUT="0.3")
 
     def claimed_ahead() -> bool:
+        # Two or more claimed ahead is a release of many. How many the worker claims
+        # beyond its one thread follows the job time it observed: on a loaded box the
+        # no-op jobs take longer, and it may claim fewer than all five.
         started = s.db.execute(
             "SELECT count(*) FROM fault_effects WHERE job_id = %s", [holder]
         ).fetchone()[0]
@@ -217,7 +220,7 @@ def run_shutdown_ahead_cell(s: Scenario) -> dict[str, str]:
             "SELECT count(*) FROM django_pgjobs_job WHERE id = ANY(%s) AND status = 'running'",
             [ahead],
         ).fetchone()[0]
-        return bool(started) and running == len(ahead)
+        return bool(started) and running >= 2
 
     wait_until(claimed_ahead, timeout=20, message="the holder running, the rest claimed ahead")
     return stop_then_settle(s, worker)
