@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +26,7 @@ from django.db import connections
 from django_pgjobs.db.cursor import hot_cursor
 from django_pgjobs.db.job_insert import JOB_BY_UNIQUE_KEY, JOB_DEBOUNCE, insert_params
 from django_pgjobs.jobs.job_rows import columns, returning_rows, row_to_job
-from django_pgjobs.jobs.keys import bound_arguments, parameters
+from django_pgjobs.jobs.keys import bound_arguments, check_key_option, check_template_fields
 from django_pgjobs.support import tracing
 from django_pgjobs.support.validation import MAX_DELAY, check_key, seconds_of
 
@@ -74,26 +73,14 @@ def _seconds(value: Any, option: str, task: str) -> float:
 
 
 def _check_template(key: Any, task: str) -> str | Callable[..., Any]:
-    if callable(key):
-        function: Callable[..., Any] = key
-        return function
-    if not isinstance(key, str) or not key:
+    if not callable(key) and (not isinstance(key, str) or not key):
         raise TypeError(
             f"debounce_key of {task} must be a format string over the job's arguments "
             f'("reindex:{{doc_id}}") or a callable, got {key!r}'
         )
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(key) if f is not None]
-    except ValueError as exc:
-        raise ValueError(
-            f"debounce_key of {task} is not a valid format string ({exc}): {key!r}"
-        ) from None
-    for name in fields:
-        if not name or name[0].isdigit():
-            raise ValueError(
-                f"debounce_key of {task} must name arguments ({{doc_id}}), not positions: {key!r}"
-            )
-    return key
+    check_key_option(key, "debounce_key", task, label="debounce_key")
+    template: str | Callable[..., Any] = key
+    return template
 
 
 def check_debounce(options: Mapping[str, Any], task: str) -> Debounce | None:
@@ -133,18 +120,8 @@ def check_debounce(options: Mapping[str, Any], task: str) -> Debounce | None:
 
 def check_fields_exist(definition: JobDefinition, debounce: Debounce) -> None:
     """A format-string key must name parameters of the function (checked at decoration)."""
-    if not isinstance(debounce.key, str):
-        return
-    params = parameters(definition)
-    if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return
-    for _, field, _, _ in string.Formatter().parse(debounce.key):
-        root = None if field is None else field.split(".", 1)[0].split("[", 1)[0]
-        if root is not None and root not in params:
-            raise ValueError(
-                f"debounce_key {debounce.key!r} of {definition.name} names {root!r}, which "
-                f"is not a parameter of the function (parameters: {', '.join(params) or 'none'})"
-            )
+    if isinstance(debounce.key, str):
+        check_template_fields(definition, debounce.key, f"debounce_key {debounce.key!r}")
 
 
 def check_call(options: Mapping[str, Any], task: str) -> None:

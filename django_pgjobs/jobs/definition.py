@@ -18,7 +18,7 @@ from django_pgjobs.jobs.chunking import check_chunk, item_arguments
 from django_pgjobs.jobs.keys import (
     check_concurrency,
     check_fields_exist,
-    check_key,
+    check_key_option,
     check_unique_while,
 )
 from django_pgjobs.support.validation import (
@@ -197,7 +197,7 @@ def make_definition(func: Callable[..., Any], **options: Any) -> JobDefinition:
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
         unique_while=check_unique_while(options.get("unique_while")),
-        fair_key=check_key(options.get("fair_key"), "fair_key", name),
+        fair_key=check_key_option(options.get("fair_key"), "fair_key", name),
         chunk=chunk,
         chunk_wait=chunk_wait,
         debounce=debouncing.check_debounce(options, f"@job {name}"),

@@ -44,32 +44,35 @@ def check_concurrency(
                 "(the jobs that share a key share the limit)"
             )
         return None, 1
-    return check_key(key, "concurrency_key", task), limit or 1
+    return check_key_option(key, "concurrency_key", task), limit or 1
 
 
-def check_key(key: Any, option: str, task: str) -> str | Callable[..., Any] | None:
-    """Validate a key option of ``@job`` (``concurrency_key``, ``fair_key``) at
-    decoration time: a format string naming arguments, or a callable."""
+def check_key_option(
+    key: Any, option: str, task: str, label: str | None = None
+) -> str | Callable[..., Any] | None:
+    """Validate a key option (``concurrency_key``, ``fair_key``, ``debounce_key``) at
+    decoration time: a format string naming arguments, or a callable. ``label`` names
+    the option in errors (default ``@job(<option>=...)``)."""
     if key is None:
         return None
+    name = label or f"@job({option}=...)"
     if isinstance(key, str):
         if not key:
-            raise ValueError(f"@job({option}=...) of {task} must not be empty")
+            raise ValueError(f"{name} of {task} must not be empty")
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(key) if f is not None]
         except ValueError as exc:
             raise ValueError(
-                f"@job({option}=...) of {task} is not a valid format string ({exc}): {key!r}"
+                f"{name} of {task} is not a valid format string ({exc}): {key!r}"
             ) from None
-        for name in fields:
-            if not name or name[0].isdigit():
+        for field in fields:
+            if not field or field[0].isdigit():
                 raise ValueError(
-                    f"@job({option}=...) of {task} must name arguments "
-                    f"({{user_id}}), not positions: {key!r}"
+                    f"{name} of {task} must name arguments ({{user_id}}), not positions: {key!r}"
                 )
     elif not callable(key):
         raise TypeError(
-            f"@job({option}=...) of {task} must be a format string over the "
+            f"{name} of {task} must be a format string over the "
             f'job\'s arguments ("user:{{user_id}}") or a callable, got {key!r}'
         )
     checked: str | Callable[..., Any] = key
@@ -80,21 +83,26 @@ def check_fields_exist(definition: JobDefinition) -> None:
     """A format-string key must name parameters of the function (checked at decoration)."""
     for option in KEY_OPTIONS:
         key = getattr(definition, option)
-        if not isinstance(key, str):
+        if isinstance(key, str):
+            check_template_fields(definition, key, f"@job({option}={key!r})")
+
+
+def check_template_fields(definition: JobDefinition, key: str, label: str) -> None:
+    """Each field of the format string ``key`` must be a parameter of the function
+    (any name passes when it takes ``**kwargs`` or has no signature)."""
+    params = parameters(definition)
+    if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    for _, field, _, _ in string.Formatter().parse(key):
+        if field is None:
             continue
-        params = parameters(definition)
-        if params is None or any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            return
-        for _, field, _, _ in string.Formatter().parse(key):
-            if field is None:
-                continue
-            root = field.split(".", 1)[0].split("[", 1)[0]
-            if root not in params:
-                raise ValueError(
-                    f"@job({option}={key!r}) of {definition.name} names "
-                    f"{root!r}, which is not a parameter of the function "
-                    f"(parameters: {', '.join(params) or 'none'})"
-                )
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if root not in params:
+            raise ValueError(
+                f"{label} of {definition.name} names "
+                f"{root!r}, which is not a parameter of the function "
+                f"(parameters: {', '.join(params) or 'none'})"
+            )
 
 
 def check_unique_while(value: Any) -> str | None:
