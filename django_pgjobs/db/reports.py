@@ -108,11 +108,11 @@ SELECT DISTINCT queue FROM {JOB} WHERE status = '{JobStatus.RUNNING}'
 LIMIT 1000
 """
 
-# The fair keys of pending jobs, for the job list's filter: a loose index scan of the
-# fair index over (queue, fair_key), one descent per pair, at most 200 pairs. Empty
-# (one descent) when no job has a fair key. No locks.
-PENDING_FAIR_KEYS = f"""
-WITH RECURSIVE fk(queue, key) AS (
+# Every (queue, fair key) pair of pending jobs in index order: a loose index scan of
+# the fair index, one descent per pair (one, finding nothing, when no job has a key).
+# The statements below cap how many pairs they read. (The claim walks one queue's
+# keys from its cursor instead: claim/fair.py.)
+_FAIR_PAIRS = f"""fk(queue, key) AS (
     (SELECT queue, fair_key FROM {JOB}
       WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
       ORDER BY queue, fair_key LIMIT 1)
@@ -122,7 +122,13 @@ WITH RECURSIVE fk(queue, key) AS (
          WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
            AND (queue, fair_key) > (fk.queue, fk.key)
          ORDER BY queue, fair_key LIMIT 1) AS n
-)
+)"""
+
+# The fair keys of pending jobs, for the job list's filter: a loose index scan of the
+# fair index over (queue, fair_key), one descent per pair, at most 200 pairs. Empty
+# (one descent) when no job has a fair key. No locks.
+PENDING_FAIR_KEYS = f"""
+WITH RECURSIVE {_FAIR_PAIRS}
 SELECT DISTINCT key FROM (SELECT key FROM fk LIMIT 200) AS first_keys
 """
 
@@ -165,17 +171,7 @@ SELECT k.key, c.pending
 # scan of the fair index (at most 10,000), one descent each for its next due job;
 # the running keys through the running index (jobs in flight only). No locks.
 FAIR_WAIT = f"""
-WITH RECURSIVE fk(queue, key) AS (
-    (SELECT queue, fair_key FROM {JOB}
-      WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
-      ORDER BY queue, fair_key LIMIT 1)
-    UNION ALL
-    SELECT n.queue, n.fair_key FROM fk CROSS JOIN LATERAL (
-        SELECT queue, fair_key FROM {JOB}
-         WHERE status = '{JobStatus.PENDING}' AND fair_key IS NOT NULL
-           AND (queue, fair_key) > (fk.queue, fk.key)
-         ORDER BY queue, fair_key LIMIT 1) AS n
-), served AS MATERIALIZED (
+WITH RECURSIVE {_FAIR_PAIRS}, served AS MATERIALIZED (
     SELECT DISTINCT queue, fair_key FROM {JOB}
      WHERE status = '{JobStatus.RUNNING}' AND fair_key IS NOT NULL
 )
