@@ -69,7 +69,11 @@ def for_task(context: Any) -> Any:
 
 
 class _CallableModule(types.ModuleType):
-    """This package, callable: ``django_pgjobs.durable(context)`` is ``for_task``."""
+    """This package, callable: ``django_pgjobs.durable(context)`` is ``for_task``.
+
+    A function named ``durable`` in ``django_pgjobs`` cannot serve: importing any
+    module of this package binds ``django_pgjobs.durable`` to the package itself,
+    replacing the function, so the package is what the name must call."""
 
     def __call__(self, context: Any) -> Any:
         return for_task(context)
