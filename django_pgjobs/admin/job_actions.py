@@ -24,7 +24,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_pgjobs.admin.job_list import is_job_id
 from django_pgjobs.admin.signal_action import send_signal_action
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.durable import job_wake_now
+from django_pgjobs.db.store import job_wake_now
 from django_pgjobs.jobs import operations
 from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import Job

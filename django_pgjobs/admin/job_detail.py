@@ -23,8 +23,8 @@ from django.utils.html import format_html, format_html_join
 from django_pgjobs.admin.job_list import LIST_DEFERRED, MAX_ID
 from django_pgjobs.admin.workflows import run_link
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.durable import NO_LIMIT as NO_LIMIT_SQL
 from django_pgjobs.db.reports import ERRORS_NEWEST, ERRORS_TOTAL
+from django_pgjobs.db.store import NO_LIMIT as NO_LIMIT_SQL
 from django_pgjobs.durable.models import JobStep
 from django_pgjobs.jobs import debounce as debouncing
 from django_pgjobs.models import Job, JobResult, StoredJSONField

@@ -41,7 +41,7 @@ from django.utils.translation import gettext as _
 
 from django_pgjobs.admin.lookups import refuse_nul
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.workers import live_tasks
+from django_pgjobs.db.store import live_tasks
 from django_pgjobs.health import overview as overview_queries
 from django_pgjobs.jobs import registry
 from django_pgjobs.jobs.managers import JobQuerySet

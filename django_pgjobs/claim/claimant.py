@@ -34,8 +34,8 @@ from django_pgjobs.claim.plain import pending_queues
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.claim.run import claim
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.job_outcome import job_release
 from django_pgjobs.db.notify import QUEUES_CHANGED, parse_payload
+from django_pgjobs.db.store import job_release
 from django_pgjobs.jobs import registry
 from django_pgjobs.support.safetext import printable
 

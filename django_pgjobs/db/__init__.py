@@ -1,7 +1,8 @@
 """The package's storage: every SQL statement but the claim's, by table and purpose, and
 the functions that run them (a statement ``JOB_RETRY`` is run by ``job_retry()``: one
 grep finds either). The claim's statements live beside the claim (``claim/``) and run
-on this package's cursors.
+on this package's cursors. The packages above write only through ``store.py``, the
+façade that lists every write to the job rows and their side tables.
 
 Why raw SQL: each statement here is one round trip that the ORM would split into
 several (select-then-update, update-then-insert). Locking rules, used everywhere:

@@ -3,7 +3,8 @@ wake-up), the lookups of the job that holds a key, and the bulk COPY."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_pgjobs.db.epoch import epoch_us
@@ -171,3 +172,24 @@ JOB_BY_UNIQUE_KEY = (
 # enqueue_many's bulk insert ({columns}: the columns the batch sets; the rest take
 # their db_default). One statement per batch, inside the caller's transaction.
 JOB_COPY = f"COPY {JOB} ({{columns}}) FROM STDIN"
+
+
+def job_copy(cursor: Any, columns: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """JOB_COPY: ``COPY ... FROM STDIN`` of ``rows`` (``columns``: the columns they set),
+    through the connection's ``execute_wrappers`` as ``executemany`` would go
+    (``many=True``, the rows as its params).
+
+    psycopg's copy API bypasses Django's wrappers; this way instrumentation, and the
+    fault suite's injector (tests/faults/injector.py), see the bulk insert too.
+    """
+    db = cursor.db
+
+    def copy_executor(text: str, params: Any, many: bool, context: dict[str, Any]) -> None:
+        with cursor.cursor.copy(text) as copy:
+            for row in params:
+                copy.write_row(row)
+
+    executor: Callable[..., Any] = copy_executor
+    for wrapper in reversed(db.execute_wrappers):  # the order Django applies them in
+        executor = functools.partial(wrapper, executor)
+    executor(JOB_COPY.format(columns=columns), rows, True, {"connection": db, "cursor": cursor})

@@ -17,7 +17,7 @@ from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
-from django_pgjobs.db.events import event_emit, event_look
+from django_pgjobs.db.store import event_emit, event_look
 from django_pgjobs.durable.control import RunFenced
 from django_pgjobs.durable.payloads import check_name, payload_text
 from django_pgjobs.durable.run import DurableRun

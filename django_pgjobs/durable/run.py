@@ -31,7 +31,7 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.durable import History, StepRow, step_history, step_recorded
+from django_pgjobs.db.store import History, StepRow, step_history, step_recorded
 from django_pgjobs.durable import steps
 from django_pgjobs.durable.control import Parked, RunFenced
 from django_pgjobs.exceptions import NonDeterministic, TooManySteps

@@ -16,7 +16,7 @@ from django.db import connections, transaction
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db.cursor import hot_cursor
-from django_pgjobs.db.job_signals import signal_by_key, signal_send, signal_take
+from django_pgjobs.db.store import signal_by_key, signal_send, signal_take
 from django_pgjobs.durable.payloads import check_name, payload_text
 from django_pgjobs.durable.run import DurableRun
 from django_pgjobs.durable.waits import Look, Wait, seconds

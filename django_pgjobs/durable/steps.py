@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.durable import StepRow, step_record, step_recorded
+from django_pgjobs.db.store import StepRow, step_record, step_recorded
 from django_pgjobs.durable.control import RunFenced
 from django_pgjobs.support.validation import check_json, json_bytes, json_text
 

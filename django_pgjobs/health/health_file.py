@@ -77,7 +77,7 @@ class HealthFile(threading.Thread):
         from django.db import DatabaseError, connections
 
         from django_pgjobs.conf import get_settings
-        from django_pgjobs.db.workers import WORKER_FRESH
+        from django_pgjobs.db.store import WORKER_FRESH
 
         conf = get_settings()
         connection = connections[self.alias]

@@ -46,8 +46,8 @@ from django_pgjobs.db.reports import (
     TABLE_ESTIMATE,
     TABLE_HEALTH,
 )
+from django_pgjobs.db.store import STATUS_BLOCKED
 from django_pgjobs.db.tables import JOB
-from django_pgjobs.db.workflows import STATUS_BLOCKED
 from django_pgjobs.states import TERMINAL, JobStatus
 from django_pgjobs.support import decoding
 

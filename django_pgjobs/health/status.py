@@ -20,8 +20,8 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
+from django_pgjobs.db.store import unknown_pending
 from django_pgjobs.db.tables import JOB, RESULT
-from django_pgjobs.db.workers import unknown_pending
 from django_pgjobs.health import overview
 from django_pgjobs.health.overview import QueueCounts, TableHealth
 from django_pgjobs.states import FINISHED

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from django_pgjobs.db.cursor import hot_cursor
-from django_pgjobs.db.job_insert import JOB_BY_UNIQUE_KEY, JOB_DEBOUNCE, insert_params
+from django_pgjobs.db.store import JOB_BY_UNIQUE_KEY, insert_params, job_debounce
 from django_pgjobs.jobs.job_rows import columns, returning_rows, row_to_job
 from django_pgjobs.jobs.keys import bound_arguments, check_key_option, check_template_fields
 from django_pgjobs.support import tracing
@@ -183,7 +183,6 @@ def enqueue(
         params[name] = opts.get(name)
     params |= {"unique_key": key, "delay": plan.seconds, "max_wait": plan.bound}
     params["keep_latest"] = plan.keep == "latest"
-    upsert = returning_rows(model, JOB_DEBOUNCE)
     by_unique_key = returning_rows(model, JOB_BY_UNIQUE_KEY)
     width = len(columns(model)[0])
     with (
@@ -195,8 +194,7 @@ def enqueue(
         # Nothing returned: a blocked workflow job holds the key (read it); it may
         # finish, freeing the key, before the lookup: then try again.
         for _ in range(3):
-            cursor.execute(upsert, params)
-            row = cursor.fetchone()
+            row = job_debounce(cursor, columns(model)[1], params)
             if row is None:
                 cursor.execute(by_unique_key, [key])
                 row = cursor.fetchone()

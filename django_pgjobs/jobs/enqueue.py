@@ -7,9 +7,8 @@ inserts the row and queues the wake-up NOTIFY (delivered only at commit).
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,15 +19,15 @@ from django.utils import timezone
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import readiness
 from django_pgjobs.db.cursor import hot_cursor
-from django_pgjobs.db.job_insert import (
+from django_pgjobs.db.notify import JOB_NOTIFY_DUE
+from django_pgjobs.db.store import (
     DELAYED_RUN_AT,
     JOB_BY_KEY,
     JOB_BY_UNIQUE_KEY,
-    JOB_COPY,
     insert_params,
+    job_copy,
     job_insert,
 )
-from django_pgjobs.db.notify import JOB_NOTIFY_DUE
 from django_pgjobs.jobs import debounce, keys, registry
 from django_pgjobs.jobs.definition import stored_timeout
 from django_pgjobs.jobs.job_rows import new_job, returning_rows, row_to_job
@@ -367,29 +366,9 @@ def enqueue_batch(
         if with_run_at:
             rows = [(*row, run_at) for row in rows]
         for start in range(0, len(rows), BULK_BATCH):
-            _copy_rows(cursor, JOB_COPY.format(columns=columns), rows[start : start + BULK_BATCH])
+            job_copy(cursor, columns, rows[start : start + BULK_BATCH])
         cursor.execute(
             JOB_NOTIFY_DUE,
             {"queue": opts["queue"], "run_at": run_at, "priority": opts["priority"]},
         )
     return len(rows)
-
-
-def _copy_rows(cursor: Any, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """``COPY ... FROM STDIN`` of ``rows``, through the connection's ``execute_wrappers``
-    as ``executemany`` would go (``many=True``, the rows as its params).
-
-    psycopg's copy API bypasses Django's wrappers; this way instrumentation, and the
-    fault suite's injector (tests/faults/injector.py), see the bulk insert too.
-    """
-    db = cursor.db
-
-    def copy_executor(text: str, params: Any, many: bool, context: dict[str, Any]) -> None:
-        with cursor.cursor.copy(text) as copy:
-            for row in params:
-                copy.write_row(row)
-
-    executor: Callable[..., Any] = copy_executor
-    for wrapper in reversed(db.execute_wrappers):  # the order Django applies them in
-        executor = functools.partial(wrapper, executor)
-    executor(statement, rows, True, {"connection": db, "cursor": cursor})

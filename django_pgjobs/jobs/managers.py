@@ -17,7 +17,7 @@ from django.db.models.functions import Cast, Now
 from django.db.models.lookups import IsNull
 from django.utils import timezone
 
-from django_pgjobs.db import job_admin
+from django_pgjobs.db import store
 from django_pgjobs.jobs import operations
 from django_pgjobs.jobs.enqueue import enqueue_by_name
 from django_pgjobs.states import ACTIVE, TERMINAL, JobStatus
@@ -163,7 +163,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         selection are left alone. Returns how many jobs changed."""
         return len(operations.retry(self, stale_after=stale_after).changed)
 
-    def retry_detailed(self, *, stale_after: float | None = None) -> job_admin.Retried:
+    def retry_detailed(self, *, stale_after: float | None = None) -> store.Retried:
         """``retry()``, also saying which jobs were skipped because their
         ``unique_while`` key is held by another pending or running job (docs/reference/api.md:
         like a

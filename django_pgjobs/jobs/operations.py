@@ -19,7 +19,7 @@ from django.db import connections, router
 from django.db.models import QuerySet
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db import job_admin
+from django_pgjobs.db import store
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job
@@ -35,7 +35,7 @@ Selection = QuerySet["Job"] | Sequence[int]
 
 def retry(
     selection: Selection, *, using: str | None = None, stale_after: float | None = None
-) -> job_admin.Retried:
+) -> store.Retried:
     """Put the selected dead, cancelled or stuck (heartbeat older than ``stale_after``,
     default ``STALE_AFTER``) jobs back to pending, due now, attempts reset, lease
     bumped. A job whose ``unique_while`` key another pending or running job holds is
@@ -46,21 +46,21 @@ def retry(
     held: dict[int, int] = {}
 
     def statement(connection: Any, ids: list[int]) -> set[int]:
-        result = job_admin.job_retry_now(connection, ids, stale_after=seconds)
+        result = store.job_retry_now(connection, ids, stale_after=seconds)
         held.update(result.held)
         return result.changed
 
     changed = _each_chunk(selection, using, statement)
     for job_id, holder in sorted(held.items()):
         logger.warning("job #%d not retried: its unique key is held by job #%d", job_id, holder)
-    return job_admin.Retried(changed, held)
+    return store.Retried(changed, held)
 
 
 def cancel(selection: Selection, *, using: str | None = None) -> set[int]:
     """Cancel the selected pending or running jobs (lease bumped, so a running job's
     result is rejected and its ``context.is_cancelled()`` turns true); returns the
     ids that changed."""
-    return _each_chunk(selection, using, job_admin.job_cancel)
+    return _each_chunk(selection, using, store.job_cancel)
 
 
 def _each_chunk(

@@ -36,7 +36,7 @@ from cronsim import CronSim, CronSimError
 from django.db import DataError, IntegrityError, connections, transaction
 
 from django_pgjobs.conf import get_settings, suggest
-from django_pgjobs.db.job_insert import insert_params, job_insert
+from django_pgjobs.db.store import insert_params, job_insert
 from django_pgjobs.jobs import registry
 from django_pgjobs.support.validation import (
     check_arguments,

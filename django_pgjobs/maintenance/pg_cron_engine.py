@@ -28,9 +28,7 @@ from django.db import connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db import pg_cron
-from django_pgjobs.db.events import EVENT_PRUNE_BATCH
-from django_pgjobs.db.prune import JOB_PRUNE_BATCH
-from django_pgjobs.db.reap import JOB_REAP_STALE, reap_params
+from django_pgjobs.db.store import EVENT_PRUNE_BATCH, JOB_PRUNE_BATCH, JOB_REAP_STALE, reap_params
 from django_pgjobs.maintenance.cron import Schedule
 from django_pgjobs.maintenance.pruner import Pruner
 from django_pgjobs.support.pgconn import psycopg_params, set_up_session

@@ -26,8 +26,12 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.events import EVENT_PRUNE_BATCH, EVENT_PRUNE_COUNT
-from django_pgjobs.db.prune import JOB_PRUNE_BATCH, JOB_PRUNE_COUNT
+from django_pgjobs.db.store import (
+    event_prune_batch,
+    event_prune_count,
+    job_prune_batch,
+    job_prune_count,
+)
 from django_pgjobs.states import FINISHED, TERMINAL
 
 logger = logging.getLogger("django_pgjobs")
@@ -79,8 +83,7 @@ class Pruner:
         out: dict[str, int] = {}
         with connections[self.alias].cursor() as cursor:
             for status, older_than in self.plan(statuses):
-                cursor.execute(JOB_PRUNE_COUNT, {"status": status, "older_than": older_than})
-                out[status] = int(cursor.fetchone()[0])
+                out[status] = job_prune_count(cursor, status=status, older_than=older_than)
         return out
 
     def count_events(self) -> int:
@@ -88,8 +91,7 @@ class Pruner:
         if self.event_retention is None:
             return 0
         with connections[self.alias].cursor() as cursor:
-            cursor.execute(EVENT_PRUNE_COUNT, {"older_than": self.event_retention})
-            return int(cursor.fetchone()[0])
+            return event_prune_count(cursor, older_than=self.event_retention)
 
     def run_once(self, statuses: Iterable[str] | None = None) -> dict[str, Any]:
         """Delete due rows batch by batch; returns counts per status and batch sizes."""
@@ -105,11 +107,9 @@ class Pruner:
                     complete = False
                     break
                 with connection.cursor() as cursor:
-                    cursor.execute(
-                        JOB_PRUNE_BATCH,
-                        {"status": status, "older_than": older_than, "batch": self.batch},
+                    n = job_prune_batch(
+                        cursor, status=status, older_than=older_than, batch=self.batch
                     )
-                    n = int(cursor.fetchone()[0])
                 if n:
                     batches.append(n)
                     deleted[status] += n
@@ -150,10 +150,7 @@ class Pruner:
             if self.time_budget is not None and time.monotonic() - started > self.time_budget:
                 return deleted, False
             with connection.cursor() as cursor:
-                cursor.execute(
-                    EVENT_PRUNE_BATCH, {"older_than": self.event_retention, "batch": self.batch}
-                )
-                n = int(cursor.fetchone()[0])
+                n = event_prune_batch(cursor, older_than=self.event_retention, batch=self.batch)
             deleted += n
             if n < self.batch:
                 return deleted, True

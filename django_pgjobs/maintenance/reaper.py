@@ -20,8 +20,7 @@ from django.db import connections
 
 from django_pgjobs import signals
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.reap import job_reap_stale
-from django_pgjobs.db.workers import WORKER_FORGET_STALE
+from django_pgjobs.db.store import job_reap_stale, worker_forget_stale
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -77,7 +76,7 @@ class Reaper:
         # 2 x STALE_AFTER, not STALE_AFTER: its held limit slots wait that long for it
         # (db/held_slots.py forget_gone), and a missing row would let them go at once.
         with connection.cursor() as cursor:
-            cursor.execute(WORKER_FORGET_STALE, {"older_than": 2 * self.stale_after})
+            worker_forget_stale(cursor, older_than=2 * self.stale_after)
         if reaped:
             signals.send(signals.jobs_reaped, jobs=reaped, worker=self.worker)
         counts: dict[str, Any] = {"reaped": len(reaped)}

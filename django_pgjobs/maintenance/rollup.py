@@ -20,7 +20,7 @@ from django.db import connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.db.cursor import Connection, atomic
-from django_pgjobs.db.rollup import rollup_lock, rollup_mark_insert, rollup_minutes
+from django_pgjobs.db.store import rollup_lock, rollup_mark_insert, rollup_minutes
 
 #: Seconds between two passes of one worker.
 INTERVAL = 5.0

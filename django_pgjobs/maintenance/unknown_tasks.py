@@ -5,7 +5,7 @@ its task for ``UNKNOWN_TASK_TIMEOUT`` — a task that was removed from the code,
 During a rolling deploy new web code can enqueue a task that the still-old workers do
 not have. Workers claim only the tasks they know (``Worker.tasks``, the
 ``JOB_CLAIM_*_KNOWN`` claims), so such jobs simply wait; ``jobs_status`` and the admin
-show them (``db.workers.unknown_pending``, ``live_tasks``).
+show them (``db.store.unknown_pending``, ``live_tasks``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db import workers
+from django_pgjobs.db import store
 from django_pgjobs.exceptions import UnknownTask
 from django_pgjobs.jobs.registry import DISCOVERY_HINT
 from django_pgjobs.support.error_entries import exception_type
@@ -48,12 +48,9 @@ class UnknownTaskSweeper:
 
     def run_once(self) -> dict[str, Any]:
         with connections[self.alias].cursor() as cursor:
-            cursor.execute(
-                workers.KNOWN_TASKS_TOUCH,
-                {"stale_after": self.stale_after, "every": self.interval / 2},
-            )
-            cursor.execute(
-                workers.JOB_DEAD_UNKNOWN,
+            store.known_tasks_touch(cursor, stale_after=self.stale_after, every=self.interval / 2)
+            dead = store.job_dead_unknown(
+                cursor,
                 {
                     "timeout": self.timeout,
                     "stale_after": self.stale_after,
@@ -62,7 +59,6 @@ class UnknownTaskSweeper:
                     "message": unknown_message(self.timeout),
                 },
             )
-            dead = cursor.fetchall()
         for job_id, task in dead:
             logger.error(
                 "job %s dead-lettered: unknown task %r (no live worker has known it for %gs). %s",

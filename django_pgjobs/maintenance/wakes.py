@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.durable import job_wake_due
+from django_pgjobs.db.store import job_wake_due
 
 #: Seconds between two passes of one worker: how late a sleep may end, at most.
 INTERVAL = 1.0

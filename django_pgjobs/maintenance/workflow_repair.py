@@ -24,7 +24,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.db import store
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -68,27 +68,20 @@ class WorkflowRepair:
 
         with transaction.atomic(using=self.alias), connection.cursor() as cursor:
             # the locks first, the recount in the next statement (see WF_REPAIR_LOCK)
-            cursor.execute(
-                workflow_db.WF_REPAIR_LOCK,
-                {"after": self.after, "batch": self.batch, "min_age": self.min_age},
+            ids = store.wf_repair_lock(
+                cursor, after=self.after, batch=self.batch, min_age=self.min_age
             )
-            ids = [r[0] for r in cursor.fetchall()]
             fixed: list[tuple[int, str]] = []
             if ids:
-                cursor.execute(workflow_db.WF_REPAIR, {"ids": ids})
-                fixed = [(r[0], r[1]) for r in cursor.fetchall() if r[0] is not None]
+                fixed = store.wf_repair(cursor, ids)
         self.after = ids[-1] if len(ids) == self.batch else 0
         with transaction.atomic(using=self.alias), connection.cursor() as cursor:
-            cursor.execute(workflow_db.BATCH_REPAIR, {"batch": 20})
-            batches = [r[0] for r in cursor.fetchall()]
+            batches = store.batch_repair(cursor, batch=20)
             for run_id in batches:
-                cursor.execute(workflow_db.BATCH_FIRE, {"id": run_id})
+                store.batch_fire(cursor, run_id)
         with transaction.atomic(using=self.alias), connection.cursor() as cursor:
             # the locks first, each close in the next statements (see BATCH_CLOSE)
-            cursor.execute(
-                workflow_db.BATCH_ABANDONED, {"grace": self.abandoned_after, "batch": 20}
-            )
-            abandoned = [r[0] for r in cursor.fetchall()]
+            abandoned = store.batch_abandoned(cursor, grace=self.abandoned_after, batch=20)
             closed = [
                 (run_id, close_batch(cursor, run_id, f"batch #{run_id}")) for run_id in abandoned
             ]

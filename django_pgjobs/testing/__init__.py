@@ -17,7 +17,7 @@ from django_pgjobs import signals
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.durable import job_advance_waiting, job_wake_due
+from django_pgjobs.db.store import job_advance_waiting, job_wake_due
 from django_pgjobs.exceptions import PgJobsError
 from django_pgjobs.states import JobStatus
 from django_pgjobs.support.safetext import printable

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connections
 from django_pgjobs import signals
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.rows import Claimed
-from django_pgjobs.db.job_outcome import (
+from django_pgjobs.db.store import (
     job_dead_exhausted,
     job_heartbeat,
     job_release,

@@ -36,7 +36,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_pgjobs.db.held_slots import held_slot_free
+from django_pgjobs.db.store import held_slot_free
 from django_pgjobs.support.error_entries import error_entry
 from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import outcomes

@@ -22,7 +22,7 @@ from django.db import connections, transaction
 
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db.job_outcome import encode_result, result_by_key
+from django_pgjobs.db.store import encode_result, result_by_key
 from django_pgjobs.durable.control import Parked, RunFenced, unparkable
 from django_pgjobs.exceptions import JobTimeout, LeaseLost, TransactionLeftOpen, UnknownTask
 from django_pgjobs.jobs import registry

@@ -36,8 +36,13 @@ from typing import Any, Protocol
 from django.db import connections
 
 from django_pgjobs.claim.rows import Claimed
-from django_pgjobs.db.job_outcome import JOB_HEARTBEAT_PULSE, job_heartbeat
-from django_pgjobs.db.workers import WORKER_DELETE, WORKER_UPSERT
+from django_pgjobs.db.store import (
+    JOB_HEARTBEAT_PULSE,
+    WORKER_UPSERT,
+    job_heartbeat,
+    worker_delete,
+    worker_upsert,
+)
 from django_pgjobs.support.pgconn import psycopg_params, session_setup
 from django_pgjobs.support.throttle import Backoff
 from django_pgjobs.worker import outcomes
@@ -92,7 +97,7 @@ class WorkerRow:
         """Write the row at start (a failure is repaired by the first beat)."""
         try:
             with connections[alias].cursor() as cursor:
-                cursor.execute(WORKER_UPSERT, self.params())
+                worker_upsert(cursor, self.params())
         except DB_ERRORS as exc:
             logger.warning("could not register worker row (will retry with heartbeats): %s", exc)
             connections[alias].close()
@@ -103,7 +108,7 @@ class WorkerRow:
         or a beat in progress would bring the row back."""
         try:
             with connections[alias].cursor() as cursor:
-                cursor.execute(WORKER_DELETE, {"id": self.id})
+                worker_delete(cursor, self.id)
         except DB_ERRORS:
             connections[alias].close()
 
@@ -170,7 +175,7 @@ class Heartbeat:
         sent = self.jobs.leases()
         lost = job_heartbeat(connection, sent)
         with connection.cursor() as cursor:
-            cursor.execute(WORKER_UPSERT, self.row.params())
+            worker_upsert(cursor, self.row.params())
         return [(job_id, lease) for job_id, lease in sent if job_id in lost]
 
     def report_lost(self, lost: Iterable[tuple[int, int]]) -> None:

@@ -23,11 +23,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs import signals
 from django_pgjobs.claim.rows import Claimed
-from django_pgjobs.db.durable import job_park
-from django_pgjobs.db.job_outcome import (
+from django_pgjobs.db.store import (
     Encoded,
     job_complete_many,
     job_dead,
+    job_park,
     job_release,
     job_retry,
     job_timed_out,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.db import store
 from django_pgjobs.jobs.enqueue import CURRENT_BATCH
 from django_pgjobs.support import tracing
 from django_pgjobs.workflows.canvas import Node, Workflow, _check_name
@@ -92,10 +92,7 @@ class Batch:
             connections[alias].cursor() as cursor,
         ):
             carrier = publish.carrier if publish is not None else None
-            cursor.execute(
-                workflow_db.WF_CREATE, {"name": self.name, "kind": "batch", "n": len(nodes)}
-            )
-            run_id, ids = cursor.fetchone()
+            run_id, ids = store.wf_create(cursor, name=self.name, kind="batch", n=len(nodes))
             columns = [
                 {
                     "status": "blocked",
@@ -122,7 +119,7 @@ class Batch:
                 {"id": ids[i], "when": WHEN[option], "pass": not sig.immutable}
                 for i, (option, sig) in enumerate(self._callbacks.items())
             ]
-            cursor.execute(workflow_db.BATCH_OPEN, {"id": run_id, "callbacks": json.dumps(stored)})
+            store.batch_open(cursor, run_id, json.dumps(stored))
         return run_id, job_rows(alias, nodes, opts, rows, columns, carrier)
 
     def __exit__(
@@ -155,16 +152,14 @@ def close_batch(cursor: Any, run_id: int, what: str) -> int:
     repair pass): lock its row, count what joined, fire it if every member has
     finished. Returns how many members joined (a batch closed already: as counted
     then)."""
-    cursor.execute(workflow_db.BATCH_STATE, {"id": run_id})
-    state = cursor.fetchone()
+    state = store.batch_state(cursor, run_id)
     if state is None:
         raise RuntimeError(f"{what}: its row is gone (rolled back?)")
     if state[0]:  # closed already: an earlier close committed, or the repair pass's
         return int(state[1])
-    cursor.execute(workflow_db.BATCH_CLOSE, {"id": run_id})
-    members, due = cursor.fetchone()
+    members, due = store.batch_close(cursor, run_id)
     if due:
-        cursor.execute(workflow_db.BATCH_FIRE, {"id": run_id})
+        store.batch_fire(cursor, run_id)
     return int(members)
 
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, overload
 
 from django.db import connections
 
-from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.db import store
 from django_pgjobs.support import decoding
 
 #: Stored bytes of the values read by one statement (a larger value is read alone).
@@ -100,7 +100,7 @@ class ParentPages:
         texts: dict[int, Any] = {}
         if ids:
             with connections[self.alias].cursor() as cursor:
-                cursor.execute(workflow_db.PARENT_RESULT_PAGE, {"ids": ids})
+                cursor.execute(store.PARENT_RESULT_PAGE, {"ids": ids})
                 texts = dict(cursor.fetchall())
         values: list[Any] = []
         for parent in parents:

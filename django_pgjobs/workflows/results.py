@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.db import store
 from django_pgjobs.exceptions import ParentResultMissing
 from django_pgjobs.workflows.result_pages import Parent, ParentPages, ParentResults, ResultList
 
@@ -24,7 +24,7 @@ def parent_pages(alias: str, job_id: int) -> tuple[ParentPages, str]:
     """Job ``job_id``'s parents in position order (no values yet), and what its
     placement passes it first: "none", "first" (a chain) or "list" (a chord)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.PARENT_EDGES, {"id": job_id})
+        cursor.execute(store.PARENT_EDGES, {"id": job_id})
         rows = cursor.fetchall()
     parents = [
         Parent(parent_id, node if node is not None else str(parent_id), stored, packed)
@@ -67,7 +67,7 @@ def check_parents_present(alias: str, job_id: int) -> None:
     parent that returned ``None`` stores no result, so only its row tells the two
     apart."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.PARENT_MISSING, {"id": job_id})
+        cursor.execute(store.PARENT_MISSING, {"id": job_id})
         gone = cursor.fetchone()
     if gone is not None:
         raise ParentResultMissing(job_id, gone[0], gone[1])

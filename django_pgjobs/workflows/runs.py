@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.db import store
 from django_pgjobs.jobs import operations
 
 if TYPE_CHECKING:
@@ -49,10 +49,7 @@ def cancel_workflow(run_id: int, *, using: str | None = None) -> int:
     cancelled. Returns how many jobs changed. Joins the caller's transaction."""
     alias = using or get_settings().DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.WF_CANCEL, {"id": run_id})
-        changed = len(cursor.fetchall())
-        cursor.execute(workflow_db.WF_MARK_CANCELLED, {"id": run_id})
-    return changed
+        return store.wf_cancel(cursor, run_id)
 
 
 @dataclass(frozen=True)
@@ -91,9 +88,9 @@ def workflow_graph(run_id: int, *, using: str | None = None, limit: int = 5000) 
     queries, each bounded by ``limit`` nodes."""
     alias = using or get_settings().DATABASE
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.WF_NODES, {"id": run_id, "limit": limit + 1})
+        cursor.execute(store.WF_NODES, {"id": run_id, "limit": limit + 1})
         node_rows = cursor.fetchall()
-        cursor.execute(workflow_db.WF_EDGES, {"id": run_id, "limit": limit})
+        cursor.execute(store.WF_EDGES, {"id": run_id, "limit": limit})
         edge_rows = cursor.fetchall()
     nodes = [
         GraphNode(r[0], r[1] if r[1] is not None else str(r[0]), *r[2:]) for r in node_rows[:limit]
@@ -126,7 +123,7 @@ def run_progress(run_id: int, *, using: str | None = None) -> Progress:
     """The exact count of run ``run_id``'s nodes by status (one query)."""
     alias = using or get_settings().DATABASE
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.WF_STATUS_COUNTS, {"id": run_id})
+        cursor.execute(store.WF_STATUS_COUNTS, {"id": run_id})
         return Progress(dict(cursor.fetchall()))
 
 
@@ -136,7 +133,7 @@ def runs_progress(run_ids: list[int], *, cap: int, using: str | None = None) -> 
     alias = using or get_settings().DATABASE
     counts: dict[int, dict[str, int]] = {run_id: {} for run_id in run_ids}
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.WF_LIST_PROGRESS, {"ids": run_ids, "cap": cap + 1})
+        cursor.execute(store.WF_LIST_PROGRESS, {"ids": run_ids, "cap": cap + 1})
         for run_id, status, n in cursor.fetchall():
             counts[run_id][status] = n
     result = {}
@@ -165,7 +162,7 @@ def graph_sample(
     them: two queries, bounded whatever the size of the run."""
     alias = using or get_settings().DATABASE
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.WF_GRAPH_NODES, {"id": run_id, "head": head + 1, "tail": tail})
+        cursor.execute(store.WF_GRAPH_NODES, {"id": run_id, "head": head + 1, "tail": tail})
         rows = cursor.fetchall()
         first = [r for r in rows if r[4]]
         last_ids = {r[0] for r in rows if not r[4]}
@@ -176,7 +173,7 @@ def graph_sample(
         by_id = {r[0]: (r[0], r[1] if r[1] is not None else str(r[0]), r[2], r[3]) for r in rows}
         nodes = sorted(by_id.values())
         cursor.execute(
-            workflow_db.WF_GRAPH_EDGES,
+            store.WF_GRAPH_EDGES,
             {"ids": [n[0] for n in nodes], "limit": edge_limit + 1},
         )
         edges = cursor.fetchall()
@@ -190,6 +187,6 @@ def retry_failed(run_id: int, *, using: str | None = None) -> int:
     node waits for the next call (once its parent has completed)."""
     alias = using or get_settings().DATABASE
     with connections[alias].cursor() as cursor:
-        cursor.execute(workflow_db.WF_FAILED_ROOTS, {"id": run_id})
+        cursor.execute(store.WF_FAILED_ROOTS, {"id": run_id})
         ids = [r[0] for r in cursor.fetchall()]
     return len(operations.retry(ids, using=alias).changed)

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 
 from django_pgjobs.conf import get_settings
-from django_pgjobs.db import readiness
-from django_pgjobs.db import workflows as workflow_db
+from django_pgjobs.db import readiness, store
 from django_pgjobs.jobs.enqueue import flow_keys, resolve_options
 from django_pgjobs.jobs.job_rows import new_job
 from django_pgjobs.models import Job
@@ -81,11 +80,7 @@ def write(workflow: Workflow, *, using: str | None = None) -> WorkflowRun:
         connection.cursor() as cursor,
     ):
         carrier = publish.carrier if publish is not None else None
-        cursor.execute(
-            workflow_db.WF_CREATE,
-            {"name": workflow.name, "kind": workflow.kind, "n": len(nodes)},
-        )
-        run_id, ids = cursor.fetchone()
+        run_id, ids = store.wf_create(cursor, name=workflow.name, kind=workflow.kind, n=len(nodes))
         rows = insert_nodes(
             cursor, run_id, ids, nodes, opts, carrier, where=f"workflow {workflow.name!r}"
         )
@@ -157,8 +152,7 @@ def insert_nodes(
         params = _chunk_params(run_id, ids, nodes, opts, chunk, cols)
         params["trace_context"] = None if carrier is None else json.dumps(carrier)
         params["notify"] = queues if chunk.stop == len(nodes) else []
-        cursor.execute(workflow_db.WF_INSERT_NODES, params)
-        for row in cursor.fetchall():
+        for row in store.wf_insert_nodes(cursor, params):
             if row[0] is not None:
                 by_id[row[0]] = row
     missing = [i for i in range(len(nodes)) if ids[i] not in by_id]

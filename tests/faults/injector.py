@@ -31,7 +31,7 @@ A plan (JSON object):
 ``signals``    file to append job_succeeded/failed/dead/fenced signals to.
 
 Three paths do not go through ``execute``: ``enqueue_many``'s ``COPY`` runs through the
-connection's ``execute_wrappers`` by itself (``enqueue._copy_rows``), so it is seen
+connection's ``execute_wrappers`` by itself (``job_insert.job_copy``), so it is seen
 here as ``copy:job``; the worker's LISTEN connection is a plain psycopg connection of
 the class ``Listener.connection_class``, which the injector replaces (at the first
 Django connection) with a subclass that goes through it: ``listener:LISTEN``,

@@ -448,7 +448,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("enqueue: existing key", "db.JOB_BY_KEY", "driver", action="enqueue_twice"),
     Row("enqueue_many: notify after COPY", "db.JOB_NOTIFY_DUE", "driver", action="enqueue_many"),
-    # The COPY runs through the connection's execute_wrappers (enqueue._copy_rows).
+    # The COPY runs through the connection's execute_wrappers (job_insert.job_copy).
     Row(
         "enqueue_many: COPY (reply to COMMIT lost)",
         "copy:job",
