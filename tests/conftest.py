@@ -37,8 +37,8 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 #: The tiers are folders of tests/, from the fastest: unit (no database), db (the
 #: database, in-process), process (real runjobs processes and scripts), browser
-#: (headless Chromium), faults (the fault suite). The helpers they share live here
-#: and in the modules beside this one.
+#: (headless Chromium), faults (the fault suite). The fixtures they share live here,
+#: the other helpers in tests/helpers/.
 TIERS = ("unit", "db", "process", "browser", "faults")
 #: The fixtures that reach the test database.
 DB_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server", "admin_client"}

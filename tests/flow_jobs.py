@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 from django_pgjobs import JobContext, job
-from tests import run_records
+from tests.helpers import run_records
 
 
 def timed(seconds: float) -> dict[str, float]:
@@ -55,7 +55,7 @@ def new_in_this_release(i: int) -> dict[str, float]:
 
 @job(queue="slots-capped", takes_context=True)
 def capped_sleeper(context: JobContext, seconds: float) -> None:
-    """The queue gets max_running in the test; records its runs (tests/run_records.py)."""
+    """The queue gets max_running in the test; records its runs (tests/helpers/run_records.py)."""
     run_records.recorded(context, "slots-capped", seconds)
 
 

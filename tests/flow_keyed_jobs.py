@@ -8,8 +8,8 @@ import asyncio
 import time
 
 from django_pgjobs import JobContext, job
-from tests import run_records
 from tests.flow_jobs import timed
+from tests.helpers import run_records
 
 
 @job(queue="flow-keyed", concurrency_key="user:{user_id}", concurrency_limit=1)
@@ -34,7 +34,7 @@ def keyed_step(group: str, seconds: float = 0.0) -> dict[str, float]:
 
 @job(queue="slots-keyed", concurrency_key="slots:{key}", concurrency_limit=1, takes_context=True)
 def keyed_sleeper(context: JobContext, key: str, seconds: float) -> None:
-    """Limit 1 per key; records its runs (tests/run_records.py). Timeouts per call."""
+    """Limit 1 per key; records its runs (tests/helpers/run_records.py). Timeouts per call."""
     run_records.recorded(context, f"slots:{key}", seconds)
 
 

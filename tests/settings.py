@@ -149,7 +149,7 @@ if os.environ.get("PGJOBS_TEST_METRICS_ADDRESS"):  # tests/process/test_metrics_
     PGJOBS["METRICS_ADDRESS"] = os.environ["PGJOBS_TEST_METRICS_ADDRESS"]
 if os.environ.get("PGJOBS_TEST_OTEL_FILE"):
     # A runjobs subprocess of tests/db/test_tracing.py: export its spans to this file.
-    from tests.otel_export import install
+    from tests.helpers.otel_export import install
 
     install(os.environ["PGJOBS_TEST_OTEL_FILE"])
 

@@ -8,61 +8,23 @@ work. Screenshots of the list, the detail page and the overview are saved to
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from django_pgjobs import claim
 from django_pgjobs.models import Job, Worker
 from django_pgjobs.testing import run_jobs
-from tests.admin_rows import wait_stuck
-from tests.conftest import ROOT, wait_until
+from tests.conftest import wait_until
+from tests.helpers.admin_rows import wait_stuck
+from tests.helpers.browser import SCREENSHOTS
 from tests.testapp.jobs import add, always_fails, flaky_until, send_email
 
 pytestmark = [pytest.mark.browser, pytest.mark.process]
-
-CHROMIUM = os.environ.get("PGJOBS_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = ROOT / "docs" / "_static" / "screenshots"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture
-def page(transactional_db: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright Python package is not installed (pip install playwright)")
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls the
-    # test makes between page actions are ordinary blocking calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        context = browser.new_context(viewport={"width": 1680, "height": 900})
-        context.set_default_timeout(15_000)
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
-            browser.close()
-            # ORM calls made while Playwright's loop ran may have opened their own
-            # connection; close it so the test database can be flushed and dropped.
-            connections.close_all()
 
 
 def _seed(tmp_path: Path) -> tuple[Job, Job]:

@@ -16,7 +16,7 @@ from django.db import connection
 
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.testing import run_jobs
-from tests.browser.test_browser_admin import SCREENSHOTS, page  # noqa: F401 - the Chromium fixture
+from tests.helpers.browser import SCREENSHOTS
 from tests.testapp.jobs import add
 
 pytestmark = [pytest.mark.browser]
@@ -56,7 +56,7 @@ def _history() -> None:
 
 
 def test_overview_charts_refresh_in_place(
-    page: Any,  # noqa: F811
+    page: Any,
     live_server: Any,
     django_user_model: Any,
 ) -> None:

@@ -14,7 +14,7 @@ from django_pgjobs.admin.workflow_graph import PER_LAYER
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from tests import workflow_jobs as w
-from tests.browser.test_browser_admin import SCREENSHOTS, page  # noqa: F401 - the Chromium fixture
+from tests.helpers.browser import SCREENSHOTS
 
 pytestmark = [pytest.mark.browser]
 
@@ -36,7 +36,7 @@ def _import_feed() -> tuple[Any, Job, Job]:
 
 
 def test_a_run_page_draws_the_graph_and_retries_a_failed_node(
-    page: Any,  # noqa: F811
+    page: Any,
     live_server: Any,
     django_user_model: Any,
 ) -> None:

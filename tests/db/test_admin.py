@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_pgjobs.models import Job, KnownTask, Worker
-from tests.admin_rows import (
+from tests.helpers.admin_rows import (
     OVERVIEW,
     REAP,
     cancelled,

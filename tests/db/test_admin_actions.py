@@ -24,7 +24,8 @@ from django_pgjobs.db.job_outcome import job_complete_many, job_heartbeat
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker.loop import Worker
-from tests.admin_rows import (
+from tests.conftest import wait_until
+from tests.helpers.admin_rows import (
     REAP,
     cancelled,
     changelist_url,
@@ -37,7 +38,6 @@ from tests.admin_rows import (
     running,
     wait_stuck,
 )
-from tests.conftest import wait_until
 from tests.testapp.jobs import add, flaky_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

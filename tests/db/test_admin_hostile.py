@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_pgjobs.models import Job
-from tests.admin_rows import changelist_url, listed_ids, messages_of, post_action
+from tests.helpers.admin_rows import changelist_url, listed_ids, messages_of, post_action
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db

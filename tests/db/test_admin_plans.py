@@ -23,7 +23,7 @@ from django.urls import reverse
 from django_pgjobs.admin import job_list
 from django_pgjobs.db.tables import JOB, QUEUE
 from django_pgjobs.maintenance.rollup import Rollup
-from tests.admin_rows import OVERVIEW, changelist_url, text
+from tests.helpers.admin_rows import OVERVIEW, changelist_url, text
 from tests.testapp.jobs import add, discard_me, noop, send_email
 
 pytestmark = pytest.mark.django_db

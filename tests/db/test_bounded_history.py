@@ -13,7 +13,7 @@ from django_pgjobs.db.job_outcome import job_dead, job_retry
 from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.testing import run_jobs
-from tests.rows import make_job
+from tests.helpers.rows import make_job
 from tests.testapp.jobs import echo_value
 
 pytestmark = pytest.mark.django_db

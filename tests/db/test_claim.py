@@ -20,7 +20,7 @@ from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.states import JobStatus
 from tests.conftest import dsn
-from tests.rows import make_job
+from tests.helpers.rows import make_job
 from tests.testapp import jobs
 
 

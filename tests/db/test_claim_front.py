@@ -4,19 +4,16 @@ entries of the jobs it already claimed, and never past a job that is pending and
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_pgjobs import claim
-from django_pgjobs.claim import front as claim_front
 from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.front import SLACK, UNPROBED_AFTER, ClaimFront
 from django_pgjobs.claim.plain import pending_queues
@@ -25,16 +22,10 @@ from django_pgjobs.db.notify import parse_payload
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker
-from tests.conftest import dsn, wait_until
-from tests.db.test_perf_plans import HISTORY, _fill, _plan
+from tests.conftest import wait_until
+from tests.helpers.claim_front import at, job_status, running_in_thread, unannounced
+from tests.helpers.plans import HISTORY, explain_json, fill_jobs
 from tests.testapp import jobs
-
-T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
 
 # -- the rules ---------------------------------------------------------------------------
 
@@ -127,29 +118,9 @@ def test_a_notified_queue_joins_the_queue_list_without_a_read() -> None:
 
 @pytest.fixture
 def worker_thread() -> Iterator[Worker]:
-    yield from _running(
+    yield from running_in_thread(
         Worker(queues=["front"], maintenance=False, concurrency=2, poll_interval=0.2)
     )
-
-
-def _running(worker: Worker) -> Iterator[Worker]:
-    """``worker`` run in a thread of the test, stopped afterwards."""
-    # The test app registers tasks with a concurrency key, which send every claim
-    # through the limited claim (it ranks every pending job and takes no bound); a
-    # site without them claims like this.
-    worker.claimant.keyed = False
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.request_stop()
-        thread.join(30)
-        assert not thread.is_alive()
-
-
-def _status(job_id: int) -> str:
-    return Job.objects.filter(id=job_id).values_list("status", flat=True).get()
 
 
 def _advanced(worker: Worker) -> datetime:
@@ -158,7 +129,7 @@ def _advanced(worker: Worker) -> datetime:
     assert front is not None
     for _ in range(3):
         job = jobs.noop.using(queue="front").enqueue()
-        wait_until(lambda job=job: _status(job.id) == "completed", message="a job to run")
+        wait_until(lambda job=job: job_status(job.id) == "completed", message="a job to run")
     wait_until(lambda: front.since() is not None, message="the bound to move")
     since = front.since()
     assert since is not None
@@ -172,7 +143,7 @@ def test_a_job_enqueued_in_a_transaction_begun_long_ago_runs_at_once(worker_thre
     wait for the worker's next sweep (10 s)."""
     since = _advanced(worker_thread)
     job = jobs.noop.using(queue="front", run_at=since - timedelta(minutes=5)).enqueue()
-    wait_until(lambda: _status(job.id) == "completed", timeout=5, message="the late job to run")
+    wait_until(lambda: job_status(job.id) == "completed", timeout=5, message="the late job to run")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -182,29 +153,10 @@ def test_a_job_behind_the_bound_that_nobody_announced_runs_at_the_next_sweep(
     """A row written without a NOTIFY that says when (raw SQL here, with no NOTIFY at
     all) is found when the worker reads the whole index again."""
     since = _advanced(worker_thread)
-    job_id = _unannounced("front", since - timedelta(minutes=5))
-    wait_until(lambda: _status(job_id) == "completed", timeout=25, message="the sweep to find it")
-
-
-def _unannounced(queue: str, run_at: datetime, priority: int = 0) -> int:
-    """A pending no-op job inserted by hand: no NOTIFY at all."""
-    with psycopg.connect(dsn(), autocommit=True) as other:
-        row = other.execute(
-            f"INSERT INTO {JOB} (task, queue, priority, args, kwargs, max_attempts, run_at)"
-            " VALUES ('tests.testapp.jobs.noop', %s, %s, '[]', '{}', 3, %s) RETURNING id",
-            [queue, priority, run_at],
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-@pytest.fixture
-def probing_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
-    """A worker whose maintenance runs the claim front's probe alone, every 0.3 s."""
-    monkeypatch.setattr(claim_front, "PROBE_EVERY", 0.3)
-    worker = Worker(queues=["front"], services=[], concurrency=2, poll_interval=0.2)
-    assert [s.name for s in worker.services] == ["claim front"]
-    yield from _running(worker)
+    job_id = unannounced("front", since - timedelta(minutes=5))
+    wait_until(
+        lambda: job_status(job_id) == "completed", timeout=25, message="the sweep to find it"
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -216,13 +168,13 @@ def test_a_job_behind_the_bound_that_nobody_announced_is_found_by_the_probe(
     front = probing_worker.claimant.front
     assert front is not None and front.sweep_every == UNPROBED_AFTER
     since = _advanced(probing_worker)
-    job_id = _unannounced("front", since - timedelta(minutes=5))
+    job_id = unannounced("front", since - timedelta(minutes=5))
     # A pending job of another queue before the bound is not this worker's.
-    elsewhere = _unannounced("not-front", since - timedelta(minutes=9))
-    wait_until(lambda: _status(job_id) == "completed", timeout=8, message="the probe to find it")
+    elsewhere = unannounced("not-front", since - timedelta(minutes=9))
+    wait_until(lambda: job_status(job_id) == "completed", timeout=8, message="the probe to find it")
     wait_until(lambda: front.since() is not None, message="the bound to move again")
     assert probing_worker.counts["completed"] == 4
-    assert _status(elsewhere) == "pending"
+    assert job_status(elsewhere) == "pending"
 
 
 @pytest.mark.django_db
@@ -281,10 +233,10 @@ def test_the_probe_checks_its_bound_on_the_claim_index_entries(queues: list[str]
     """The probe reads the claim index and checks ``run_at < since`` on its entries, so
     the live backlog behind the bound costs no visit to its rows; history never. (The
     planner takes a bitmap scan here: it visits the rows found in page order.)"""
-    _fill(HISTORY, 1000)
+    fill_jobs(HISTORY, 1000)
     statement = FRONT_PROBE_ALL if queues is None else FRONT_PROBE_QUEUES
     params = {"since": datetime.now(UTC) - timedelta(minutes=5), "queues": queues, "tasks": None}
-    plan = json.loads(_plan(statement, params))
+    plan = json.loads(explain_json(statement, params))
     scans = _index_scans(plan[0]["Plan"])
     assert {s["Index Name"] for s in scans} == {"pgjobs_job_claim_idx"}, plan
     # Before the bound: an index scan or a bitmap scan (which then visits the rows

@@ -17,11 +17,7 @@ from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker
 from tests.conftest import wait_until
-from tests.db.test_claim_front import (
-    _status,
-    _unannounced,
-    probing_worker,  # noqa: F401  (a fixture)
-)
+from tests.helpers.claim_front import job_status, unannounced
 from tests.testapp import jobs
 
 # -- the rules ---------------------------------------------------------------------------
@@ -159,20 +155,20 @@ def _seeking(worker: Worker) -> ClaimFront:
     while front.levels() is None:
         assert time.monotonic() < deadline, "the claims never began to seek by level"
         job = jobs.noop.using(queue="front").enqueue()
-        wait_until(lambda job=job: _status(job.id) == "completed", message="a job to run")
+        wait_until(lambda job=job: job_status(job.id) == "completed", message="a job to run")
     return front
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_at_a_new_priority_runs_at_once_when_announced_and_soon_when_not(
-    probing_worker: Worker,  # noqa: F811  (the fixture imported above)
+    probing_worker: Worker,
 ) -> None:
     front = _seeking(probing_worker)
     assert front.levels() == (0,)
     urgent = jobs.noop.using(queue="front", priority=40).enqueue()  # its NOTIFY says 40
-    wait_until(lambda: _status(urgent.id) == "completed", timeout=5, message="the urgent job")
+    wait_until(lambda: job_status(urgent.id) == "completed", timeout=5, message="the urgent job")
     assert 40 in (front.levels() or ())
     # Written by hand, no NOTIFY: the levels' probe finds its priority.
-    job_id = _unannounced("front", _now(), priority=-60)
-    wait_until(lambda: _status(job_id) == "completed", timeout=8, message="the probe to find it")
+    job_id = unannounced("front", _now(), priority=-60)
+    wait_until(lambda: job_status(job_id) == "completed", timeout=8, message="the probe to find it")
     assert front.levels() == (40, 0, -60)

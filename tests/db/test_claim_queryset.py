@@ -15,7 +15,7 @@ from django_pgjobs import claim
 from django_pgjobs.claim.plain import task_array
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.models import Job
-from tests.rows import make_job
+from tests.helpers.rows import make_job
 
 
 @pytest.mark.django_db

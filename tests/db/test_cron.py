@@ -15,7 +15,7 @@ from django_pgjobs.maintenance import cron as cron_module
 from django_pgjobs.maintenance.cron import CronTicker, Schedule
 from django_pgjobs.models import Job
 from tests.conftest import dsn
-from tests.freeze import frozen_after, in_thread
+from tests.helpers.freeze import frozen_after, in_thread
 
 ADD = "tests.testapp.jobs.add"
 T0 = datetime(2024, 5, 1, 10, 30, 0, tzinfo=UTC)

@@ -17,84 +17,20 @@ A block is covered when it is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
 
-from tests.conftest import ROOT
-
-DOCS = ROOT / "docs"
-FENCE = re.compile(
-    r"^(?P<fence>`{3,}|~{3,})(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S
-)
-MARKER = re.compile(r"<!--\s*(doc-test|not-run):\s*(.*?)\s*-->\s*$", re.S)
-
-
-@dataclass
-class Block:
-    page: Path
-    line: int
-    lang: str
-    body: str
-    marker: str | None  # "doc-test" / "not-run" / None
-    arg: str
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-def blocks() -> list[Block]:
-    out = []
-    for folder in ("howto", "tutorial"):
-        for page in sorted((DOCS / folder).glob("*.md")):
-            text = page.read_text()
-            for m in FENCE.finditer(text):
-                if text[m.end("lang") : m.end("lang") + 1] == "{" or m["lang"] == "mermaid":
-                    continue  # a MyST directive ({toctree}) or a diagram, not code
-                before = text[: m.start()].rstrip()
-                tail = before[before.rfind("<!--") :] if before.endswith("-->") else ""
-                marker = MARKER.match(tail)
-                out.append(
-                    Block(
-                        page,
-                        text[: m.start()].count("\n") + 1,
-                        m["lang"],
-                        m["body"],
-                        marker[1] if marker else None,
-                        marker[2] if marker else "",
-                    )
-                )
-    return out
-
-
-def marked(kind: str) -> list[Block]:
-    return [b for b in blocks() if b.marker == "doc-test" and b.arg.split()[0] == kind]
-
-
-def _ids(items: list[Block]) -> list[str]:
-    return [b.where for b in items]
-
+from tests.helpers.docs_pages import Block, block_ids, marked
 
 # --------------------------------------------------------------------------- runners
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("block", marked("sql"), ids=_ids(marked("sql")))
+@pytest.mark.parametrize("block", marked("sql"), ids=block_ids(marked("sql")))
 def test_sql_blocks_run(block: Block) -> None:
     """Run against the test database in a transaction that is rolled back."""
     with transaction.atomic(), connection.cursor() as cursor:
         for statement in filter(str.strip, re.sub(r"--[^\n]*", "", block.body).split(";")):
             cursor.execute(statement.replace("%", "%%"))
         transaction.set_rollback(True)
-
-
-def tutorial_project_files() -> dict[str, str]:
-    """``doc-test: tutorial-project PATH`` blocks, joined per file, in reading order."""
-    files: dict[str, str] = {}
-    for block in marked("tutorial-project"):
-        path = block.arg.split()[1]
-        files[path] = files.get(path, "") + block.body + "\n\n"
-    return files

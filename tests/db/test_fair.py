@@ -17,21 +17,9 @@ from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.claim.fair import Cursor, job_claim_fair
 from django_pgjobs.models import Job, Queue
 from tests import fair_jobs
+from tests.helpers.fair import FAIR_TASKS, many
 
 db = pytest.mark.django_db
-
-FAIR_TASKS = [
-    fair_jobs.tenant_job.name,
-    fair_jobs.by_payload.name,
-    fair_jobs.unkeyed.name,
-]
-
-
-def many(tenant: str, count: int) -> None:
-    """``count`` jobs of ``tenant`` in one COPY, due now (a COPY's default run_at is
-    the statement's time, later than this test transaction's now())."""
-    past = timezone.now() - timedelta(seconds=1)
-    fair_jobs.tenant_job.using(run_at=past).enqueue_many([(tenant, i) for i in range(count)])
 
 
 def claimant(**kw: Any) -> Claimant:

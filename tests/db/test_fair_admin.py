@@ -17,8 +17,8 @@ from django.urls import reverse
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.health import overview as overview_queries
 from django_pgjobs.models import Queue
-from tests.admin_rows import text
 from tests.fair_jobs import tenant_job
+from tests.helpers.admin_rows import text
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from django_pgjobs.claim.claimant import Claimant
 from django_pgjobs.models import Job
 from django_pgjobs.testing import run_jobs
 from tests import fair_jobs
-from tests.db.test_fair import FAIR_TASKS, many
+from tests.helpers.fair import FAIR_TASKS, many
 
 db = pytest.mark.django_db
 

@@ -29,6 +29,7 @@ from django_pgjobs.models import Job, KnownTask, Queue
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.queues import sync_queues
 from tests import flow_jobs, flow_keyed_jobs
+from tests.helpers.plans import fill_jobs
 from tests.testapp import jobs
 
 db = pytest.mark.django_db
@@ -333,9 +334,8 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
     ids=["one-queue", "queues", "all"],
 )
 def test_known_task_claims_are_the_fast_path_plus_a_filter(statement: str, extra: dict) -> None:
-    from tests.db.test_perf_plans import _fill
 
-    _fill(20_000, 1000)
+    fill_jobs(20_000, 1000)
     # A prepared statement's generic plan knows nothing of the array; a custom plan
     # sees that 'history' dominates the column and 'live' is rare: neither may trade
     # the ordered index scan for a bitmap scan and a sort.

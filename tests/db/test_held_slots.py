@@ -32,9 +32,10 @@ from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.inflight import InFlight, InFlightTable
 from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.outcomes import Outcome
-from tests import flow_keyed_jobs, run_records
+from tests import flow_keyed_jobs
 from tests.conftest import wait_until
-from tests.rows import make_job
+from tests.helpers import run_records
+from tests.helpers.rows import make_job
 
 ERROR = {"attempt": 1, "type": "builtins.ValueError", "message": "boom", "traceback": "tb"}
 TASK = "tests.testapp.jobs.add"

@@ -17,29 +17,14 @@ from django_pgjobs.worker import job_connection
 from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.runners import JobRunners
 from tests.conftest import run_burst_worker
+from tests.helpers.job_connection import idle_in_transaction, numbers_in
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _rows(table: str) -> list[int]:
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT n FROM {table} ORDER BY n")
-        return [n for (n,) in cursor.fetchall()]
-
-
-def _idle_in_transaction() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
-        )
-        (count,) = cursor.fetchone()
-        return int(count)
-
-
 def _assert_none_idle_in_transaction() -> None:
-    assert _idle_in_transaction() == 0
+    assert idle_in_transaction() == 0
 
 
 @pytest.mark.parametrize("max_age", [0, None], ids=["closed-after-each-job", "persistent"])
@@ -55,7 +40,7 @@ def test_a_job_that_leaves_a_transaction_open_fails_and_its_neighbours_commit(
     assert row.errors[0]["type"] == "django_pgjobs.exceptions.TransactionLeftOpen"
     assert "a BEGIN without COMMIT" in row.errors[0]["message"]
     assert [Job.objects.get(id=j.id).status for j in later] == ["completed", "completed"]
-    assert _rows(table) == [2, 3]  # its own write rolled back, the neighbours' committed
+    assert numbers_in(table) == [2, 3]  # its own write rolled back, the neighbours' committed
     _assert_none_idle_in_transaction()
 
 
@@ -63,7 +48,7 @@ def test_jobs_that_query_in_autocommit_are_not_taken_for_leaving_one_open(table:
     done = [jobs.writes_n.enqueue(table, n) for n in range(5)]
     assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=2)) == 0
     assert {Job.objects.get(id=j.id).status for j in done} == {"completed"}
-    assert _rows(table) == [0, 1, 2, 3, 4]
+    assert numbers_in(table) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("max_age", [0, None], ids=["closed-after-each-job", "persistent"])
@@ -83,7 +68,7 @@ def test_an_async_job_that_leaves_the_shared_orm_connection_in_a_transaction_fai
     assert row.errors[0]["type"] == "django_pgjobs.exceptions.TransactionLeftOpen"
     assert "shared ORM connection" in row.errors[0]["message"]
     assert [Job.objects.get(id=j.id).status for j in later] == ["completed", "completed"]
-    assert _rows(table) == [2, 3]
+    assert numbers_in(table) == [2, 3]
     _assert_none_idle_in_transaction()
 
 
@@ -97,7 +82,7 @@ def test_no_async_job_beside_one_that_leaves_a_transaction_open_counts_as_comple
     beside = [core_jobs.async_writes_n.enqueue(table, n) for n in range(1, 9)]
     assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=1)) == 0
     assert Job.objects.get(id=bad.id).status == "dead"
-    written = set(_rows(table))
+    written = set(numbers_in(table))
     for ran in beside:
         row = Job.objects.get(id=ran.id)
         if row.status == "completed":
@@ -114,7 +99,7 @@ def test_async_jobs_that_query_in_autocommit_are_not_taken_for_leaving_one_open(
     done = [core_jobs.async_writes_n.enqueue(table, n) for n in range(6)]
     assert run_burst_worker(Worker(burst=True, maintenance=False, concurrency=3)) == 0
     assert {Job.objects.get(id=j.id).status for j in done} == {"completed"}
-    assert _rows(table) == [0, 1, 2, 3, 4, 5]
+    assert numbers_in(table) == [0, 1, 2, 3, 4, 5]
 
 
 def test_an_async_job_returning_while_another_ones_query_runs_is_not_taken_for_one(
@@ -132,7 +117,7 @@ def test_an_async_job_returning_while_another_ones_query_runs_is_not_taken_for_o
     slow_end = Job.objects.get(id=slow.id).finished_at
     for ran in Job.objects.filter(id__in=[j.id for j in no_orm]):
         assert (slow_end - ran.finished_at).total_seconds() > 1.0, "held behind the query"
-    assert _rows(table) == [0, 1, 2, 3]
+    assert numbers_in(table) == [0, 1, 2, 3]
 
 
 def test_a_job_thread_looks_its_connection_up_once_and_other_threads_every_time() -> None:

@@ -4,17 +4,10 @@ migration runs; the installed functions are the ones the code expects."""
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 import pytest
 from django.db import connection
 
 from django_pgjobs.models import Job
-
-PACKAGE = Path(importlib.import_module("django_pgjobs").__file__).parent  # type: ignore[arg-type]
-MIGRATIONS = PACKAGE / "migrations"
-SQUASH = "0001_squashed_0015_job_timeout_no_limit"
 
 
 @pytest.mark.django_db

@@ -16,7 +16,7 @@ from django_pgjobs.jobs import operations
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
 from tests.conftest import ROOT
-from tests.rows import make_job, snapshot
+from tests.helpers.rows import make_job, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,7 +104,7 @@ def test_every_caller_chunks_with_the_one_constant(
 ) -> None:
     """The queryset, the admin's actions and the commands retry and cancel through
     ``operations`` (one CHUNK, one fenced statement per chunk)."""
-    from tests.admin_rows import post_action
+    from tests.helpers.admin_rows import post_action
 
     monkeypatch.setattr(operations, "CHUNK", 2)
     ids = [make_job(JobStatus.DEAD).pk for _ in range(5)]

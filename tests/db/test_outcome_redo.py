@@ -32,7 +32,7 @@ from django_pgjobs.support.error_entries import error_entry
 from django_pgjobs.testing import run_jobs
 from django_pgjobs.worker import outcomes
 from django_pgjobs.worker.outcomes import Outcome
-from tests.db.test_worker_core import lose_first_reply
+from tests.helpers.lost_replies import lose_first_reply
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

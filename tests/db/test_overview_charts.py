@@ -21,7 +21,7 @@ from django.urls import reverse
 from django_pgjobs.admin import charts
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.health import activity, overview
-from tests.admin_rows import OVERVIEW as OVERVIEW_NAME
+from tests.helpers.admin_rows import OVERVIEW as OVERVIEW_NAME
 
 pytestmark = pytest.mark.django_db
 OVERVIEW = reverse(OVERVIEW_NAME)

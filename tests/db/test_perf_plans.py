@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 from typing import Any
 
@@ -32,45 +31,7 @@ from django_pgjobs.db.error_history import error_params
 from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import JOB, RESULT
 from django_pgjobs.worker.runners import JobRunners
-
-HISTORY = 200_000
-
-
-def _fill(
-    history: int,
-    pending: int,
-    queues: tuple[str, ...] = ("default", "emails"),
-    *,
-    analyze: bool = True,
-) -> None:
-    with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {JOB} (task, queue, status, run_at, created_at, started_at,"
-            " finished_at, attempts, lease)"
-            " SELECT 'history', (%(q)s::text[])[1 + g %% cardinality(%(q)s::text[])],"
-            " 'completed', t, t, t, t, 1, 1"
-            " FROM (SELECT g, now() - make_interval(secs => g) AS t"
-            "       FROM generate_series(1, %(n)s) g) s",
-            {"q": list(queues), "n": history},
-        )
-        cur.execute(
-            f"INSERT INTO {JOB} (task, queue, priority, run_at)"
-            " SELECT 'live', (%(q)s::text[])[1 + g %% cardinality(%(q)s::text[])], g %% 3,"
-            # The column default is statement_timestamp(), later than the claim's now()
-            # inside this test's transaction.
-            " now() - interval '1 second'"
-            " FROM generate_series(1, %(n)s) g",
-            {"q": list(queues), "n": pending},
-        )
-        if analyze:
-            cur.execute(f"ANALYZE {JOB}")
-
-
-def _plan(statement: str, params: dict[str, Any]) -> str:
-    with connection.cursor() as cur:
-        cur.execute("EXPLAIN (FORMAT JSON) " + statement, params)
-        value = cur.fetchone()[0]
-    return value if isinstance(value, str) else json.dumps(value)
+from tests.helpers.plans import HISTORY, explain_json, fill_jobs, numbered_placeholders
 
 
 @pytest.mark.django_db
@@ -88,8 +49,8 @@ def _plan(statement: str, params: dict[str, Any]) -> str:
     ids=["one-queue", "queues", "all", "levels"],
 )
 def test_claim_uses_the_partial_index_with_a_large_history(statement: str, extra: dict) -> None:
-    _fill(HISTORY, 1000)
-    plan = _plan(statement, {"worker": "w", "n": 100, "since": claim.UNBOUNDED, **extra})
+    fill_jobs(HISTORY, 1000)
+    plan = explain_json(statement, {"worker": "w", "n": 100, "since": claim.UNBOUNDED, **extra})
     assert "pgjobs_job_claim_idx" in plan, plan
     # No scan of the table itself: history never enters the claim.
     assert '"Node Type": "Seq Scan"' not in plan, plan
@@ -117,7 +78,7 @@ def test_claim_finds_its_rows_by_primary_key_before_the_statistics_catch_up(
     by the three: with the old join this fixture flips the every-queue claim)."""
     with connection.cursor() as cur:
         cur.execute(f"ANALYZE {JOB}")
-    _fill(0, 30_000, analyze=False)
+    fill_jobs(0, 30_000, analyze=False)
     plan = _generic_plan(
         claim.claim_statements()[name], {"worker": "w", "n": 100, "since": claim.UNBOUNDED, **extra}
     )
@@ -128,7 +89,7 @@ def test_claim_finds_its_rows_by_primary_key_before_the_statistics_catch_up(
 
 @pytest.mark.django_db
 def test_claim_and_complete_are_one_statement_each_without_savepoints() -> None:
-    _fill(0, 200, queues=("default",))
+    fill_jobs(0, 200, queues=("default",))
     with CaptureQueriesContext(connection) as claimed_q:
         claimed = claim.claim(connection, worker="w", queues=["default"], n=150)
     assert len(claimed) == 150
@@ -241,7 +202,7 @@ def _generic_plan(statement: str, params: dict[str, Any]) -> str:
     """The plan a prepared statement gets after its fifth run (PREPARE setting)."""
     with connection.cursor() as cur:
         cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        numbered, names = _numbered(statement)
+        numbered, names = numbered_placeholders(statement)
         # EXECUTE is a utility statement: its arguments cannot be bound server-side
         # (Django's server_side_binding), so they are rendered as literals here.
         raw = connection.connection
@@ -257,18 +218,6 @@ def _generic_plan(statement: str, params: dict[str, Any]) -> str:
         finally:
             cur.execute("DEALLOCATE generic_plan")  # prepared statements outlive a rollback
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _numbered(statement: str) -> tuple[str, list[str]]:
-    """``%(name)s`` placeholders as ``$1, $2 ...`` for PREPARE, and the names in order."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", number, statement), names
 
 
 STATEMENTS = {
@@ -294,7 +243,7 @@ def test_writes_by_id_use_the_primary_key_even_with_stale_statistics(name: str) 
     grows with the table (see ``by_id_is``)."""
     params = _by_id_params(_stale_statistics())
     statement = STATEMENTS[name]
-    custom = _plan(statement, params)
+    custom = explain_json(statement, params)
     generic = _generic_plan(statement, params)
     for kind, plan in (("custom", custom), ("generic", generic)):
         for index in ("pgjobs_job_running_idx", "pgjobs_job_status_idx", "pgjobs_job_claim_idx"):
@@ -327,7 +276,7 @@ def test_writes_by_id_probe_the_primary_key_with_thousands_running(name: str) ->
     params = _by_id_params(_many_running())
     statement = STATEMENTS[name]
     for kind, plan in (
-        ("custom", _plan(statement, params)),
+        ("custom", explain_json(statement, params)),
         ("generic", _generic_plan(statement, params)),
     ):
         assert JOB not in _seq_scanned(json.loads(plan)), f"{name} ({kind} plan): {plan}"

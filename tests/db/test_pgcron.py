@@ -20,8 +20,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tests.cluster import TempCluster, pg_bindir
 from tests.conftest import ROOT, wait_until
+from tests.helpers.cluster import TempCluster, pg_bindir
 
 ADD = "tests.testapp.jobs.add"
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from django_pgjobs.backend import TASKS_AVAILABLE
 from django_pgjobs.models import Job, JobResult, Worker
 from tests.conftest import examples
-from tests.db.test_property_values import SETTINGS, _run_worker, json_values
+from tests.helpers.hostile_values import PROPERTY_SETTINGS, json_values, run_worker_burst
 from tests.testapp.jobs import echo_value
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,7 +126,9 @@ def _clean() -> None:
     Worker.objects.filter(id="hostile-worker").delete()
 
 
-@settings(SETTINGS, max_examples=examples(25))  # each example runs a worker, 7 pages, 2 reports
+@settings(
+    PROPERTY_SETTINGS, max_examples=examples(25)
+)  # each example runs a worker, 7 pages, 2 reports
 @given(column=st.sampled_from(COLUMNS), text=hostile_texts)
 @example(column="trace_context", text="[" * 3000 + "]" * 3000)
 @example(column="args", text="[1e5000]")
@@ -143,7 +145,7 @@ def test_a_hostile_value_fails_only_its_row(admin_user: Any, column: str, text: 
     before, hostile, after = (echo_value.enqueue(i) for i in range(3))
     if not _write(column, hostile.id, text):
         return  # not storable: nothing hostile got in
-    _run_worker()  # exits normally: asserted inside
+    run_worker_burst()  # exits normally: asserted inside
     for mate, i in ((before, 0), (after, 2)):
         row = Job.objects.get(id=mate.id)
         assert row.status == "completed", (row.status, row.last_error)

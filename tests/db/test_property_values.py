@@ -16,27 +16,16 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.urls import reverse
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from django_pgjobs.models import Job, JobResult
-from django_pgjobs.worker.loop import Worker
-from tests.conftest import examples, run_burst_worker
+from tests.helpers.hostile_values import PROPERTY_SETTINGS, json_values, run_worker_burst
 from tests.testapp.jobs import echo_value
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CLEAR_ERRORS = (TypeError, ValueError)
-SETTINGS = settings(
-    max_examples=examples(40),
-    deadline=None,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
 
 
 def _nest(depth: int, kind: str) -> Any:
@@ -46,34 +35,6 @@ def _nest(depth: int, kind: str) -> Any:
     return value
 
 
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()
-    | st.text()
-    | st.sampled_from(
-        [
-            2**63,
-            -(2**64),
-            10**300,
-            10**4299,
-            1e16,
-            5e-324,
-            1.7976931348623157e308,
-            "\x00",
-            "\ud800",
-            "esc\x1b[31m\n",
-        ]
-    )
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=10,
-)
 deep = st.builds(
     _nest, st.sampled_from([10, 150, 198, 199, 200, 201, 400]), st.sampled_from(["list", "dict"])
 )
@@ -97,20 +58,8 @@ raw_sql_texts = st.sampled_from(
 )
 
 
-def _run_worker() -> Worker:
-    worker = Worker(
-        burst=True,
-        maintenance=False,
-        listen=False,
-        poll_interval=0.05,
-        concurrency=2,
-    )
-    assert run_burst_worker(worker) == 0, "the worker did not exit normally"
-    return worker
-
-
 def _check_outcome(job_id: int, value: Any | None, client: Client) -> None:
-    worker = _run_worker()
+    worker = run_worker_burst()
     row = Job.objects.get(id=job_id)
     assert row.status in ("completed", "dead"), (row.status, row.attempts, row.last_error)
     assert worker.counts["fenced"] == 0
@@ -130,7 +79,7 @@ def _clean() -> None:
     JobResult.objects.all().delete()
 
 
-@SETTINGS
+@PROPERTY_SETTINGS
 @given(value=values)
 @example(value=_nest(199, "list"))
 def test_python_enqueue_to_admin(admin_user: Any, value: Any) -> None:
@@ -157,7 +106,7 @@ def test_values_hypothesis_cannot_print(admin_user: Any, value: Any) -> None:
     test_python_enqueue_to_admin.hypothesis.inner_test(admin_user, value)  # type: ignore[attr-defined]
 
 
-@SETTINGS
+@PROPERTY_SETTINGS
 @given(text=st.one_of(raw_sql_texts, json_values.map(lambda v: json.dumps([v]))))
 @example(text="[1e5000]")
 def test_sql_enqueue_to_admin(admin_user: Any, text: str) -> None:

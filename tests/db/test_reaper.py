@@ -21,7 +21,7 @@ from django_pgjobs.maintenance.reaper import Reaper
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
 from tests.conftest import dsn, wait_until
-from tests.rows import make_job, snapshot
+from tests.helpers.rows import make_job, snapshot
 from tests.testapp import jobs
 
 #: An error entry of a reclaim whose attempt the reaper gave back.

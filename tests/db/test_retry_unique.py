@@ -22,9 +22,9 @@ from django_pgjobs.db.job_admin import Retried
 from django_pgjobs.models import Job
 from django_pgjobs.states import JobStatus
 from tests import flow_jobs
-from tests.admin_rows import messages_of, post_action
 from tests.conftest import wait_until
-from tests.rows import make_job
+from tests.helpers.admin_rows import messages_of, post_action
+from tests.helpers.rows import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

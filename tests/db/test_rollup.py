@@ -29,18 +29,14 @@ from django_pgjobs.db.tables import JOB, MINUTE, ROLLUP_MARK
 from django_pgjobs.maintenance import rollup as rollup_module
 from django_pgjobs.maintenance.rollup import RETENTION, Rollup
 from django_pgjobs.states import JobStatus
-from tests.admin_rows import OVERVIEW
-from tests.freeze import frozen_after, in_thread
+from tests.helpers.admin_rows import OVERVIEW
+from tests.helpers.freeze import frozen_after, in_thread
+from tests.helpers.rollup import rolled, truth
+from tests.helpers.rows import query
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUES = ("a", "b")
-
-
-def _rows(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        return list(cur.fetchall())
 
 
 def insert_finished(n: int, *, spread_seconds: float, end_ago: float = 2.0) -> None:
@@ -63,7 +59,7 @@ def insert_finished(n: int, *, spread_seconds: float, end_ago: float = 2.0) -> N
 def insert_running(n: int) -> list[int]:
     return [
         r[0]
-        for r in _rows(
+        for r in query(
             f"INSERT INTO {JOB} (task, queue, status, run_at, started_at, heartbeat_at,"
             " attempts, lease, worker)"
             " SELECT 'tests.testapp.jobs.add', (%(q)s::text[])[1 + g %% 2], 'running',"
@@ -80,27 +76,8 @@ FINISH = (
 )
 
 
-def _counts(sql: str) -> Counter[tuple[Any, ...]]:
-    """``{(key...): n}`` of a query whose last column is a count."""
-    return Counter({tuple(row[:-1]): row[-1] for row in _rows(sql)})
-
-
-def truth() -> Counter[tuple[Any, ...]]:
-    """Jobs finished before the mark, per minute, queue and status, from the jobs table."""
-    return _counts(
-        f"SELECT date_trunc('minute', finished_at), queue, status, count(*) FROM {JOB}"
-        f" WHERE finished_at >= (SELECT rolled_from FROM {ROLLUP_MARK})"
-        f"   AND finished_at < (SELECT rolled_to FROM {ROLLUP_MARK})"
-        " GROUP BY 1, 2, 3"
-    )
-
-
-def rolled() -> Counter[tuple[Any, ...]]:
-    return _counts(f"SELECT minute, queue, status, finished FROM {MINUTE} WHERE finished > 0")
-
-
 def mark() -> tuple[datetime, datetime]:
-    rows = _rows(f"SELECT rolled_from, rolled_to FROM {ROLLUP_MARK} WHERE id = 1")
+    rows = query(f"SELECT rolled_from, rolled_to FROM {ROLLUP_MARK} WHERE id = 1")
     return rows[0][0], rows[0][1]
 
 
@@ -122,7 +99,7 @@ def catch_up_past(moment: datetime) -> None:
 
 
 def db_now() -> datetime:
-    return _rows("SELECT now()")[0][0]
+    return query("SELECT now()")[0][0]
 
 
 def test_racing_passes_count_every_finish_once_across_minute_boundaries() -> None:
@@ -202,16 +179,16 @@ def test_old_minutes_are_forgotten_and_the_pages_stay_exact() -> None:
     catch_up_past(before)
     rolled_from, _ = mark()
     assert rolled_from >= before - RETENTION - timedelta(minutes=1)
-    assert not _rows(f"SELECT 1 FROM {MINUTE} WHERE minute < %s", [rolled_from])
+    assert not query(f"SELECT 1 FROM {MINUTE} WHERE minute < %s", [rolled_from])
     # The overview's numbers: the minutes plus the live tail equal the jobs table.
     insert_finished(5, spread_seconds=0.1, end_ago=0)  # the live tail, after the mark
     finished = Counter(
-        {(q, s): n for q, s, n, _, _ in _rows(status_sql.STATUS_FINISHED, {"window": 3600.0})}
+        {(q, s): n for q, s, n, _, _ in query(status_sql.STATUS_FINISHED, {"window": 3600.0})}
     )
     direct = Counter(
         {
             (q, s): n
-            for q, s, n in _rows(
+            for q, s, n in query(
                 f"SELECT queue, status, count(*) FROM {JOB} WHERE finished_at >="
                 " date_trunc('minute', now() - interval '1 hour') GROUP BY 1, 2"
             )
@@ -244,7 +221,7 @@ def test_the_overview_statements_do_not_read_the_finished_jobs() -> None:
     ):
         statement = getattr(status_sql, name)
         window = 86400.0 if name == "STATUS_DEAD_RECENT" else 3600.0
-        raw = _rows("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, {"window": window})[0][0]
+        raw = query("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, {"window": window})[0][0]
         plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
         read = _rows_read_from_jobs(plan)
         assert read < 100, f"{name} read {read} rows of the jobs table"
@@ -273,7 +250,7 @@ def _pass_frozen_before_commit(monkeypatch: Any, *, first_pass: bool) -> Iterato
     does not exist yet (the pass creates it), else an earlier pass made it."""
     if not first_pass:
         Rollup().run_once()
-    assert _rows(f"SELECT count(*) FROM {ROLLUP_MARK}")[0][0] == (0 if first_pass else 1)
+    assert query(f"SELECT count(*) FROM {ROLLUP_MARK}")[0][0] == (0 if first_pass else 1)
 
     def until_it_counts() -> None:
         # A pass that finds the mark held by another one skips without counting (and
@@ -311,12 +288,12 @@ def test_a_worker_frozen_mid_pass_does_not_stop_another_worker_reaping(
     thread (the rollup, then the reaper) goes on, and a job whose worker went silent is
     reclaimed."""
     from tests.conftest import wait_until
-    from tests.rows import make_job
+    from tests.helpers.rows import make_job
 
     with _pass_frozen_before_commit(monkeypatch, first_pass=first_pass):
         worker = start_worker("--concurrency", "1", "--no-listen")
         wait_until(
-            lambda: _rows("SELECT count(*) FROM django_pgjobs_worker")[0][0] >= 1,
+            lambda: query("SELECT count(*) FROM django_pgjobs_worker")[0][0] >= 1,
             timeout=60,
             message="the worker registered",
         )
@@ -327,7 +304,7 @@ def test_a_worker_frozen_mid_pass_does_not_stop_another_worker_reaping(
         try:
             wait_until(
                 lambda: (
-                    _rows(f"SELECT status FROM {JOB} WHERE id = %s", [job.id])[0][0]
+                    query(f"SELECT status FROM {JOB} WHERE id = %s", [job.id])[0][0]
                     != JobStatus.RUNNING
                 ),
                 timeout=60,

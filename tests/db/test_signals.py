@@ -150,7 +150,7 @@ def test_raising_receivers_cannot_change_outcomes(
 def test_raising_receivers_cannot_stop_run_jobs_or_the_reaper(raising: None) -> None:
     from django_pgjobs.maintenance.reaper import Reaper
     from django_pgjobs.testing import run_jobs
-    from tests.rows import make_job
+    from tests.helpers.rows import make_job
 
     job = jobs.add.enqueue(2, 2)
     assert [r.status for r in run_jobs()] == ["completed"]

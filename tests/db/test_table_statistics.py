@@ -15,7 +15,7 @@ from psycopg import sql as psycopg_sql
 from django_pgjobs import claim
 from django_pgjobs.db.tables import JOB
 from django_pgjobs.maintenance.statistics import FLOOR_PAGES, TableStatistics, stale
-from tests.db.test_perf_plans import _fill, _numbered
+from tests.helpers.plans import fill_jobs, numbered_placeholders
 
 PARAMS = {"worker": "w", "n": 10, "since": claim.UNBOUNDED, "queue": "default"}
 
@@ -47,7 +47,7 @@ def young_table() -> Iterator[Any]:
             " SELECT 'live', 'default', now() - interval '1 second' FROM generate_series(1, 5)"
         )
         cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        numbered, names = _numbered(claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"])
+        numbered, names = numbered_placeholders(claim.claim_statements()["JOB_CLAIM_ONE_QUEUE"])
         cur.execute(f"PREPARE young_claim AS {numbered}")
         arguments = psycopg_sql.SQL(", ").join(psycopg_sql.Literal(PARAMS[n]) for n in names)
         explain = (
@@ -84,7 +84,7 @@ def test_a_grown_table_is_analysed_and_the_claim_planned_again(young_table: Any)
     assert first["analyzed"] is True, first
     assert "Seq Scan" in young_table(), "on one page the UPDATE reads the table whole"
     assert stats.run_once()["analyzed"] is False  # nothing grew
-    _fill(40_000, 0, analyze=False)  # finished history, as test_perf_plans fills it
+    fill_jobs(40_000, 0, analyze=False)  # finished history, as test_perf_plans fills it
     # The failure this pass exists for: the cached plan still reads the whole table.
     assert "Seq Scan" in young_table()
     grown = stats.run_once()

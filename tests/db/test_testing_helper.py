@@ -12,7 +12,7 @@ from django.db import connection
 from django_pgjobs import pause_queue, resume_queue, signals
 from django_pgjobs.models import Job, Queue
 from django_pgjobs.testing import RanJob, run_jobs
-from tests.rows import make_job, snapshot
+from tests.helpers.rows import make_job, snapshot
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db  # inside a TestCase-style transaction, like users' tests

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import django
 import pytest
@@ -25,14 +24,8 @@ from django_pgjobs.models import Job
 from django_pgjobs.support import tracing
 from django_pgjobs.testing import run_jobs
 from tests.conftest import reset_tracer_provider, wait_until
-from tests.otel_export import span_record
-from tests.testapp.jobs import add, traced_fails_once
-
-TASK = "tests.testapp.jobs.traced_fails_once"
-
-
-def records(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
-    return [span_record(s) for s in exporter.get_finished_spans()]
+from tests.helpers.tracing import TRACED_TASK, check_trace, records, request_then_enqueue
+from tests.testapp.jobs import add
 
 
 def _stored_context(job: Job) -> dict[str, str] | None:
@@ -42,50 +35,11 @@ def _stored_context(job: Job) -> dict[str, str] | None:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _request_then_enqueue(marker: str) -> Job:
-    tracer = trace.get_tracer("tests")
-    with tracer.start_as_current_span("POST /orders", kind=trace.SpanKind.SERVER):
-        return traced_fails_once.enqueue(marker)
-
-
-def _check_trace(
-    request: dict[str, Any], send: dict[str, Any], process: list[dict[str, Any]], job: Job
-) -> None:
-    assert send["parent_id"] == request["span_id"], "the enqueue runs inside the request span"
-    assert send["kind"] == "PRODUCER" and send["trace_id"] == request["trace_id"]
-    assert send["attributes"]["messaging.destination.name"] == "traced"
-    assert send["attributes"]["messaging.message.id"] == str(job.id)
-    assert len(process) == 2, process
-    for attempt, span in enumerate(process, start=1):
-        assert span["name"] == f"{TASK} process"
-        assert span["kind"] == "CONSUMER"
-        assert span["trace_id"] == request["trace_id"], "one trace from request to job"
-        assert span["parent_id"] == send["span_id"], "the job's span is the enqueue's child"
-        assert span["attributes"] == {
-            "messaging.system": "django_pgjobs",
-            "messaging.destination.name": "traced",
-            "messaging.message.id": str(job.id),
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "django_pgjobs.task": TASK,
-            "django_pgjobs.attempt": attempt,
-            "django_pgjobs.max_attempts": 2,
-        }
-    first, second = process
-    assert first["status"] == "ERROR"
-    [event] = first["events"]
-    assert event["name"] == "exception"
-    assert event["attributes"]["exception.type"] == "RuntimeError"
-    assert event["attributes"]["exception.message"] == "first run fails"
-    assert second["status"] == "UNSET" and second["events"] == []
-    assert first["span_id"] != second["span_id"]
-
-
 @pytest.mark.django_db(transaction=True)  # now() moves on, so the retry comes due
 def test_run_jobs_span_is_the_enqueues_child_in_the_requests_trace(
     spans: InMemorySpanExporter, tmp_path: Path
 ) -> None:
-    job = _request_then_enqueue(str(tmp_path / "runs"))
+    job = request_then_enqueue(str(tmp_path / "runs"))
     stored = _stored_context(job)
     assert stored is not None and set(stored) >= {"traceparent"}
     assert job.trace_context == stored
@@ -100,11 +54,11 @@ def test_run_jobs_span_is_the_enqueues_child_in_the_requests_trace(
     assert job.status == "completed" and job.attempts == 2
     got = records(spans)
     [request] = [s for s in got if s["name"] == "POST /orders"]
-    [send] = [s for s in got if s["name"] == f"{TASK} send"]
-    process = [s for s in got if s["name"] == f"{TASK} process"]
+    [send] = [s for s in got if s["name"] == f"{TRACED_TASK} send"]
+    process = [s for s in got if s["name"] == f"{TRACED_TASK} process"]
     assert request["parent_id"] is None
     assert stored["traceparent"].startswith(f"00-{send['trace_id']}-{send['span_id']}-")
-    _check_trace(request, send, process, job)
+    check_trace(request, send, process, job)
 
 
 @pytest.mark.django_db(transaction=True)  # rows' run_at default is statement_timestamp()

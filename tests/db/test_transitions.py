@@ -41,7 +41,7 @@ from django_pgjobs.db.workers import JOB_DEAD_UNKNOWN
 from django_pgjobs.models import Job, JobResult, Worker
 from django_pgjobs.states import ALLOWED_TRANSITIONS, JobStatus, can_move, state_diagram
 from django_pgjobs.workflows.runs import cancel_workflow
-from tests.rows import make_job, snapshot
+from tests.helpers.rows import make_job, snapshot
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import OperationalError, connection, connections
+from django.db import connection, connections
 
 from django_pgjobs import JobTimeout, chain, claim, signals
 from django_pgjobs.claim.plain import pending_queues
@@ -43,6 +43,7 @@ from django_pgjobs.worker.inflight import DONE, InFlight, InFlightTable
 from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.outcomes import Outcome
 from django_pgjobs.worker.running import JobRuns
+from tests.helpers.lost_replies import lose_first_reply
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,24 +63,6 @@ def received() -> Iterator[dict[str, list[dict[str, Any]]]]:
     yield got
     for name, receiver in zip(got, receivers, strict=True):
         getattr(signals, f"job_{name}").disconnect(receiver)
-
-
-def lose_first_reply(*statements: str) -> Callable[..., Any]:
-    """An execute wrapper: the first run of each statement commits on the server,
-    then the client gets a connection error instead of the reply."""
-    seen: set[str] = set()
-
-    def wrapper(
-        execute: Callable[..., Any], sql_text: str, params: Any, many: bool, context: Any
-    ) -> Any:
-        result = execute(sql_text, params, many, context)
-        for statement in statements:
-            if sql_text == statement and statement not in seen:
-                seen.add(statement)
-                raise OperationalError("server closed the connection before replying")
-        return result
-
-    return wrapper
 
 
 def test_a_batch_retried_after_a_lost_commit_reply_reports_each_job_exactly_once(

@@ -27,7 +27,7 @@ from django_pgjobs.states import JobStatus
 from django_pgjobs.support.retry import backoff
 from django_pgjobs.worker.loop import DEFAULT_CONCURRENCY, Worker
 from tests.conftest import run_burst_worker, wait_until
-from tests.rows import make_job
+from tests.helpers.rows import make_job
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.db.tables import DEPENDENCY, JOB
 from django_pgjobs.db.workflow_trigger import _STEP_FUNCTION
 from django_pgjobs.models import Job
-from tests.db.test_workflow_plans import chord_of, cost, member_costs
+from tests.helpers.workflow_costs import chord_of, cost, member_costs
 
 pytestmark = [pytest.mark.django_db, pytest.mark.scale]
 

@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.cluster import TempCluster, free_port
 from tests.conftest import ROOT, WorkerProcess, wait_until
+from tests.helpers.cluster import TempCluster, free_port
 
 DBNAME = "faults"
 PGBOUNCER = "/usr/sbin/pgbouncer"

@@ -28,9 +28,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.cluster import TempCluster
 from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.faults.conftest import EFFECTS_DDL, django_env
+from tests.helpers.cluster import TempCluster
 
 pytestmark = pytest.mark.failover
 

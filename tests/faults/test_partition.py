@@ -31,9 +31,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.cluster import TempCluster
 from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.faults.conftest import EFFECTS_DDL, django_env, go
+from tests.helpers.cluster import TempCluster
 
 pytestmark = pytest.mark.partition
 

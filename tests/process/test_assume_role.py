@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 
 from django_pgjobs.models import Job, JobResult
-from tests import run_records
 from tests.conftest import WorkerProcess, wait_until
-from tests.process.test_heartbeat_process import HOLD, STALE_AFTER, TIMINGS
+from tests.helpers import run_records
+from tests.helpers.heartbeat import HOLD, STALE_AFTER, TIMINGS
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]

@@ -16,7 +16,7 @@ from django_pgjobs.models import Job
 from tests import chunk_jobs
 from tests.chunk_jobs import CALLS, calls
 from tests.conftest import WorkerProcess, wait_until
-from tests.rows import query
+from tests.helpers.rows import query
 
 LOST = "django_pgjobs.exceptions.WorkerLost"
 CRASHED = "django_pgjobs.exceptions.JobCrashed"

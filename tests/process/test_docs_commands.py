@@ -12,12 +12,12 @@ import pytest
 from django.db import connection
 
 from tests.conftest import ROOT
-from tests.db.test_docs_blocks import Block, _ids, marked
+from tests.helpers.docs_pages import Block, block_ids, marked
 
 
 @pytest.mark.process
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("block", marked("command"), ids=_ids(marked("command")))
+@pytest.mark.parametrize("block", marked("command"), ids=block_ids(marked("command")))
 def test_command_blocks_run(block: Block) -> None:
     """Each ``$ python manage.py ...`` line runs against the test database and exits 0."""
     env = {

@@ -20,7 +20,12 @@ import pytest
 from django.db import connection
 
 from tests.conftest import wait_until
-from tests.unit.test_docs import Command, FileEdit, matches, tutorial_steps
+from tests.helpers.docs_pages import (
+    Command,
+    FileEdit,
+    matches,
+    tutorial_steps,
+)
 
 #: Parts of an output line that change from run to run.
 NORMALISE = [
@@ -201,7 +206,7 @@ def test_tutorial(other_connection: psycopg.Connection, tmp_path: Path) -> None:
             )
         # The how-tos' blocks marked `doc-test: tutorial-project PATH` (test-your-jobs.md)
         # are tests for this project: write them and run them with Django's runner.
-        from tests.db.test_docs_blocks import tutorial_project_files
+        from tests.helpers.docs_pages import tutorial_project_files
 
         files = tutorial_project_files()
         assert "shop/tests.py" in files

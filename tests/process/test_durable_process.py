@@ -18,7 +18,7 @@ from django.db import connection
 from django_pgjobs.models import Job, JobStep
 from tests import durable_jobs
 from tests.conftest import WorkerProcess, wait_until
-from tests.process.test_metrics_process import free_port, get, scrape
+from tests.helpers.metrics_http import free_port, sample_value, scrape
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -162,14 +162,14 @@ def test_a_worker_with_every_job_asleep_reports_every_slot_free(start_worker: St
     def idle() -> bool:
         samples, _ = scrape(port)
         return (
-            get(samples, "pgjobs_worker_inflight") == 0
-            and get(samples, "pgjobs_queue_jobs", queue="durable", state="waiting") == 500
-            and get(samples, "pgjobs_queue_jobs", queue="durable", state="running") == 0
+            sample_value(samples, "pgjobs_worker_inflight") == 0
+            and sample_value(samples, "pgjobs_queue_jobs", queue="durable", state="waiting") == 500
+            and sample_value(samples, "pgjobs_queue_jobs", queue="durable", state="running") == 0
         )
 
     wait_until(idle, timeout=20, message="the worker's gauges: no slot taken, 500 waiting")
     samples, _ = scrape(port)
-    parked = get(
+    parked = sample_value(
         samples,
         "pgjobs_jobs_finished_total",
         task=durable_jobs.sleeps.name,

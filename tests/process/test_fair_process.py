@@ -11,7 +11,7 @@ import pytest
 from django_pgjobs.models import Job, JobResult, Queue
 from tests import fair_jobs, flow_keyed_jobs
 from tests.conftest import WorkerProcess, wait_until
-from tests.process.test_flow_process import max_overlap
+from tests.helpers.run_records import max_overlap
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 

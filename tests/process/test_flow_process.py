@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -21,6 +20,7 @@ from django_pgjobs import pause_queue, resume_queue
 from django_pgjobs.models import Job, JobResult, Queue
 from tests import flow_jobs, flow_keyed_jobs
 from tests.conftest import WorkerProcess, wait_until
+from tests.helpers.run_records import max_overlap
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -46,16 +46,6 @@ def runs(ids: Sequence[int]) -> list[tuple[float, float, int]]:
     """(start, end, job id) of each run, from the values the jobs returned."""
     values = JobResult.objects.filter(job_id__in=ids).values_list("job_id", "value")
     return sorted((v["start"], v["end"], job_id) for job_id, v in values)
-
-
-def max_overlap(intervals: Sequence[tuple[float, float, Any]]) -> int:
-    """Most runs in progress at one instant (an end before a start at a tie)."""
-    events = sorted([(s, 1) for s, _, _ in intervals] + [(e, -1) for _, e, _ in intervals])
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
 
 
 def test_max_running_holds_across_three_workers(start_worker: Start) -> None:

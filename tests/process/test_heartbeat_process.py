@@ -35,57 +35,27 @@ from django_pgjobs.pulse import Pulse, stopped
 from django_pgjobs.support.pgconn import psycopg_params
 from django_pgjobs.worker.loop import Worker
 from django_pgjobs.worker.pulse_link import PulseLink
-from tests import run_records
 from tests.conftest import ROOT, WorkerProcess, run_burst_worker, wait_until
 from tests.faults import pulse_faults
 from tests.faults.injector import Injector
-from tests.rows import make_job
+from tests.helpers import run_records
+from tests.helpers.heartbeat import (
+    HOLD,
+    HOLD_ON_CUE,
+    STALE_AFTER,
+    TIMINGS,
+    db_clock,
+    gone,
+    job_row,
+    pulse_of,
+    running_on,
+)
+from tests.helpers.rows import make_job
 from tests.testapp import core_jobs, jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 Start = Callable[..., WorkerProcess]
-
-#: The process beats once its worker is 0.75 s late (a heartbeat every 0.5 s). On a
-#: loaded two-core box a beat may land seconds late, so STALE_AFTER 5 s keeps the point
-#: (a call far longer than STALE_AFTER) with a margin for the box, not the GIL.
-STALE_AFTER = 5.0
-TIMINGS = {"PGJOBS_TEST_STALE_AFTER": str(STALE_AFTER), "PGJOBS_TEST_HEARTBEAT": "0.5"}
-#: How long the job holds the GIL in one call, at least (about twice that at most).
-HOLD = STALE_AFTER + 1.5
-
-
-def pulse_of(pid: int, module: bytes = b"django_pgjobs.pulse") -> int | None:
-    """The pid of the heartbeat process whose parent is ``pid`` (None: none yet)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rpartition(b")")[2].split()
-        if int(fields[1]) == pid and module in cmdline and fields[0] != b"Z":
-            return int(entry.name)
-    return None
-
-
-def gone(pid: int) -> bool:
-    """Exited (or a zombie nobody reaped yet: it runs nothing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0] == b"Z"
-    except OSError:
-        return True
-
-
-def job_row(job: Job) -> Job:
-    return Job.objects.get(id=job.id)
-
-
-def running_on(job: Job, worker: WorkerProcess) -> bool:
-    row = job_row(job)
-    return row.status == "running" and f":{worker.pid}:" in (row.worker or "")
 
 
 # -- row C': a job holding the GIL -----------------------------------------------------
@@ -164,10 +134,6 @@ def test_without_the_heartbeat_process_the_gil_holder_is_taken_for_dead(
     assert [e["type"] for e in job_row(job).errors][:1] == ["django_pgjobs.exceptions.WorkerLost"]
 
 
-#: How long the cued job holds the GIL: the claim, then STALE_AFTER and more.
-HOLD_ON_CUE = int(STALE_AFTER) + 6  # whole seconds: libc sleep()
-
-
 def claim_waits(watcher: psycopg.Connection) -> bool:
     """A claim statement (``_CLAIM_SET``) is waiting for a lock."""
     row = watcher.execute(
@@ -175,13 +141,6 @@ def claim_waits(watcher: psycopg.Connection) -> bool:
         " AND datname = current_database() AND query LIKE '%attempts = j.attempts + 1%'"
     ).fetchone()
     return bool(row and row[0])
-
-
-def db_clock() -> float:
-    """The database's clock (epoch seconds): what heartbeats and the reaper go by."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM clock_timestamp())")
-        return float(cursor.fetchone()[0])
 
 
 @pytest.mark.process

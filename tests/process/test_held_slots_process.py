@@ -4,7 +4,7 @@ with real ``runjobs`` processes.
 A run the queue writes off while its thread goes on (its timeout, a cancel, the
 reaper) keeps its ``concurrency_key`` and ``max_running`` slot until the thread
 has really ended. Overlaps are read from the runs' own start and end records
-(``tests/run_records.py``), written by the job thread itself, so a run abandoned by
+(``tests/helpers/run_records.py``), written by the job thread itself, so a run abandoned by
 the worker still says when it ended. Each test fails without the held slots: the
 limit is exceeded as soon as the first run is written off.
 """
@@ -19,9 +19,10 @@ import pytest
 from django.core.management import call_command
 
 from django_pgjobs.models import Job, Queue
-from tests import flow_jobs, flow_keyed_jobs, run_records
+from tests import flow_jobs, flow_keyed_jobs
 from tests.conftest import WorkerProcess, wait_until
-from tests.process.test_flow_process import max_overlap
+from tests.helpers import run_records
+from tests.helpers.run_records import max_overlap
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 

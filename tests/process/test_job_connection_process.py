@@ -9,7 +9,7 @@ import pytest
 
 from django_pgjobs.models import Job
 from tests.conftest import wait_until
-from tests.db.test_job_connection import _idle_in_transaction, _rows
+from tests.helpers.job_connection import idle_in_transaction, numbers_in
 from tests.testapp import core_jobs
 
 
@@ -22,6 +22,6 @@ def test_an_async_job_timed_out_inside_a_transaction_does_not_leave_it_open(
     stuck = core_jobs.async_times_out_in_a_transaction.enqueue(table)
     worker = start_worker("--concurrency", "1")
     wait_until(lambda: Job.objects.get(id=stuck.id).status == "dead", timeout=20)
-    wait_until(lambda: _idle_in_transaction() == 0, timeout=10, message="no idle transaction")
+    wait_until(lambda: idle_in_transaction() == 0, timeout=10, message="no idle transaction")
     assert worker.proc.poll() is None, worker.output()
-    assert _rows(table) == []
+    assert numbers_in(table) == []

@@ -21,7 +21,7 @@ from django_pgjobs.conf import settings_errors
 from django_pgjobs.models import Queue
 from django_pgjobs.queues import declared_queues
 from tests.conftest import WorkerProcess, wait_until
-from tests.process.test_metrics_process import FAST, free_port
+from tests.helpers.metrics_http import FAST, free_port
 from tests.testapp.jobs import add
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_until
+from tests.helpers.metrics_http import FAST, Samples, free_port, sample_value, scrape
 from tests.testapp.jobs import (
     add,
     always_fails,
@@ -30,32 +28,6 @@ from tests.testapp.jobs import (
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
 T = "tests.testapp.jobs."
-FAST = {"PGJOBS_METRICS_INTERVAL": "0.2"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(port: int) -> tuple[Samples, dict[str, str]]:
-    """{(sample name, sorted labels): value} and {family name: type}."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    samples: Samples = {}
-    types: dict[str, str] = {}
-    for family in text_string_to_metric_families(text):
-        types[family.name] = family.type
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples, types
-
-
-def get(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def try_scrape(port: int) -> tuple[Samples, dict[str, str]] | None:
@@ -92,14 +64,18 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
             return None
         samples = got[0]
         if (
-            get(samples, fin, task=T + "add", queue="default", outcome="completed") == 3
-            and get(samples, fin, task=T + "always_fails", queue="default", outcome="dead") == 1
-            and get(samples, fin, task=T + "flaky_until", queue="default", outcome="completed") == 1
-            and get(samples, "pgjobs_queue_jobs", queue="default", state="due") == 0
-            and get(samples, "pgjobs_queue_jobs", queue="default", state="running") == 0
+            sample_value(samples, fin, task=T + "add", queue="default", outcome="completed") == 3
+            and sample_value(samples, fin, task=T + "always_fails", queue="default", outcome="dead")
+            == 1
+            and sample_value(
+                samples, fin, task=T + "flaky_until", queue="default", outcome="completed"
+            )
+            == 1
+            and sample_value(samples, "pgjobs_queue_jobs", queue="default", state="due") == 0
+            and sample_value(samples, "pgjobs_queue_jobs", queue="default", state="running") == 0
             # the gauges are a snapshot (every 0.2 s here), the counters live: a snapshot
             # from flaky_until's backoff still counts its retry as pending
-            and get(samples, "pgjobs_queue_jobs", queue="default", state="pending") == 1
+            and sample_value(samples, "pgjobs_queue_jobs", queue="default", state="pending") == 1
         ):
             return samples
         return None
@@ -131,7 +107,7 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
         (("queue", "default"), ("task", T + "flaky_until")): 2,
     }
     assert (
-        get(
+        sample_value(
             samples,
             "pgjobs_job_duration_seconds_bucket",
             task=T + "add",
@@ -159,15 +135,15 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
     assert {(("queue", q),) for q in ("default", "emails", "other")} <= set(lag)
     assert lag[(("queue", "default"),)] == lag[(("queue", "emails"),)] == 0
     assert lag[(("queue", "other"),)] > 0
-    assert get(samples, "pgjobs_worker_inflight") == 0
+    assert sample_value(samples, "pgjobs_worker_inflight") == 0
 
     # A job in flight shows in the gauge (and in the queue's running count).
     sleep_then_mark.enqueue(3, str(tmp_path / "slept"))
     wait_until(
         lambda: (
             (s := try_scrape(port))
-            and get(s[0], "pgjobs_worker_inflight") == 1
-            and get(s[0], "pgjobs_queue_jobs", queue="default", state="running") == 1
+            and sample_value(s[0], "pgjobs_worker_inflight") == 1
+            and sample_value(s[0], "pgjobs_queue_jobs", queue="default", state="running") == 1
         ),
         timeout=30,
         message="the sleeping job in flight",
@@ -175,19 +151,23 @@ def test_metrics_of_a_worker_process(start_worker: Callable[..., Any], tmp_path:
     done = wait_until(
         lambda: (
             (s := try_scrape(port))
-            and get(s[0], fin, task=T + "sleep_then_mark", queue="default", outcome="completed")
+            and sample_value(
+                s[0], fin, task=T + "sleep_then_mark", queue="default", outcome="completed"
+            )
             == 1
             and s[0]
         ),
         timeout=30,
         message="the sleeping job to complete",
     )
-    assert get(done, "pgjobs_worker_inflight") == 0
+    assert sample_value(done, "pgjobs_worker_inflight") == 0
     assert (
-        get(done, "pgjobs_job_duration_seconds_sum", task=T + "sleep_then_mark", queue="default")
+        sample_value(
+            done, "pgjobs_job_duration_seconds_sum", task=T + "sleep_then_mark", queue="default"
+        )
         >= 3
     )
-    assert get(done, "pgjobs_jobs_claimed_total", queue="default") == 8
+    assert sample_value(done, "pgjobs_jobs_claimed_total", queue="default") == 8
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
 
@@ -201,7 +181,7 @@ def test_timed_out_jobs_are_counted(start_worker: Callable[..., Any]) -> None:
     samples = wait_until(
         lambda: (
             (s := try_scrape(port))
-            and get(
+            and sample_value(
                 s[0],
                 "pgjobs_jobs_finished_total",
                 task=T + "times_out",
@@ -216,7 +196,7 @@ def test_timed_out_jobs_are_counted(start_worker: Callable[..., Any]) -> None:
     )
     for outcome in ("retried", "dead", "completed"):
         assert (
-            get(
+            sample_value(
                 samples,
                 "pgjobs_jobs_finished_total",
                 task=T + "times_out",
@@ -252,7 +232,7 @@ def test_port_zero_from_the_setting_prints_the_chosen_port(
         lambda: (
             all(try_scrape(p) for p in ports)
             and sum(
-                get(
+                sample_value(
                     scrape(p)[0],
                     "pgjobs_jobs_finished_total",
                     task=T + "add",

@@ -13,23 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from django_pgjobs.models import Job, JobResult
 from django_pgjobs.models import Worker as WorkerRow
 from tests.conftest import WorkerProcess, wait_until
-from tests.rows import snapshot
+from tests.helpers.rows import query, snapshot
 from tests.testapp import core_jobs, jobs
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
 Start = Callable[..., WorkerProcess]
-
-
-def query(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
 from tests.conftest import ROOT, WorkerProcess, wait_until
-from tests.process.test_heartbeat_process import (
+from tests.helpers.heartbeat import (
     HOLD_ON_CUE,
     STALE_AFTER,
     TIMINGS,

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django_pgjobs import pause_queue, resume_queue
 from django_pgjobs.models import Queue
 from django_pgjobs.queues import UnknownQueue
-from tests.process.test_first_hour import manage
+from tests.conftest import manage
 from tests.testapp.jobs import add
 
 db = pytest.mark.django_db(transaction=True)

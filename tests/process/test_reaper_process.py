@@ -13,7 +13,7 @@ from django.db import connection
 
 from django_pgjobs.models import Job
 from tests.conftest import ROOT, wait_until
-from tests.rows import make_job
+from tests.helpers.rows import make_job
 
 
 @pytest.mark.process

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from django_pgjobs.db.tables import JOB
-from tests.db.test_rollup import _rows, rolled, truth
+from tests.helpers.rollup import rolled, truth
+from tests.helpers.rows import query
 
 
 @pytest.mark.process
@@ -19,7 +20,7 @@ def test_two_runjobs_processes_count_what_they_finish_once(start_worker: Any) ->
     workers = [start_worker("--concurrency", "4") for _ in range(2)]
     add.enqueue_many([(i, i) for i in range(400)])
     wait_until(
-        lambda: _rows(f"SELECT count(*) FROM {JOB} WHERE status = 'completed'")[0][0] == 400,
+        lambda: query(f"SELECT count(*) FROM {JOB} WHERE status = 'completed'")[0][0] == 400,
         timeout=60,
         message="all jobs completed",
     )

@@ -18,7 +18,7 @@ from django.db import connection
 from django_pgjobs.db.reap import job_reap_stale
 from django_pgjobs.models import Job, JobResult
 from tests.conftest import WorkerProcess, wait_until
-from tests.rows import make_job, query
+from tests.helpers.rows import make_job, query
 from tests.testapp import core_jobs, jobs
 
 Start = Callable[..., WorkerProcess]

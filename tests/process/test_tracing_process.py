@@ -1,5 +1,5 @@
 """OpenTelemetry from a request to a job run by a real ``runjobs`` process, its spans
-exported to a file by ``tests/otel_export.py`` (in-process: tests/db/test_tracing.py)."""
+exported to a file by ``tests/helpers/otel_export.py`` (in-process: tests/db/test_tracing.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from django_pgjobs.models import Job
 from tests.conftest import wait_until
-from tests.db.test_tracing import TASK, _check_trace, _request_then_enqueue, records
+from tests.helpers.tracing import TRACED_TASK, check_trace, records, request_then_enqueue
 
 
 @pytest.mark.django_db(transaction=True)
@@ -22,7 +22,7 @@ def test_worker_process_span_is_the_enqueues_child_in_the_requests_trace(
     spans: InMemorySpanExporter, tmp_path: Path, start_worker: Callable[..., Any]
 ) -> None:
     exported = tmp_path / "worker-spans.jsonl"
-    job = _request_then_enqueue(str(tmp_path / "runs"))
+    job = request_then_enqueue(str(tmp_path / "runs"))
     worker = start_worker(
         "--queues",
         "traced",
@@ -36,7 +36,7 @@ def test_worker_process_span_is_the_enqueues_child_in_the_requests_trace(
         if not exported.exists():
             return []
         lines = [json.loads(line) for line in exported.read_text().splitlines() if line]
-        return [s for s in lines if s["name"] == f"{TASK} process"]
+        return [s for s in lines if s["name"] == f"{TRACED_TASK} process"]
 
     process = wait_until(
         lambda: len(worker_spans()) == 2 and worker_spans(),
@@ -50,6 +50,6 @@ def test_worker_process_span_is_the_enqueues_child_in_the_requests_trace(
     )
     got = records(spans)
     [request] = [s for s in got if s["name"] == "POST /orders"]
-    [send] = [s for s in got if s["name"] == f"{TASK} send"]
+    [send] = [s for s in got if s["name"] == f"{TRACED_TASK} send"]
     process.sort(key=lambda s: s["attributes"]["django_pgjobs.attempt"])
-    _check_trace(request, send, process, job)
+    check_trace(request, send, process, job)

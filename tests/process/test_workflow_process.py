@@ -24,7 +24,7 @@ from django_pgjobs.db.job_outcome import job_complete_many
 from django_pgjobs.models import Job, JobResult
 from tests import workflow_jobs as w
 from tests.conftest import WorkerProcess, dsn, wait_until
-from tests.process.test_process import query
+from tests.helpers.rows import query
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 

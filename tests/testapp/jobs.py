@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 
 from django_pgjobs import JobContext, job
-from tests import run_records
+from tests.helpers import run_records
 
 
 @job
@@ -130,7 +130,7 @@ def record_run(context: JobContext, table: str, seconds: float = 0.0, started: s
 
 @job(max_attempts=5, takes_context=True)
 def holds_gil(context: JobContext, key: str, seconds: float) -> float:
-    """One C call holding the GIL for about ``seconds``, its run recorded (tests/run_records.py)."""
+    """One C call holding the GIL for about ``seconds``, its run recorded (tests/helpers/run_records.py)."""
     return run_records.recorded_gil(context, key, seconds)
 
 
@@ -217,7 +217,7 @@ def _fault_hold(
     if gil:
         # ctypes.PyDLL, unlike CDLL, keeps the GIL across the foreign call: glibc's
         # usleep then holds it for exactly that long (a regular expression that
-        # backtracks, tests/run_records.py, is the real-world case but its length
+        # backtracks, tests/helpers/run_records.py, is the real-world case but its length
         # is a guess on a loaded box).
         import ctypes
 

@@ -10,7 +10,7 @@ import pytest
 
 from django_pgjobs.claim.front import SLACK, ClaimFront
 from django_pgjobs.db.notify import Payload, parse_payload
-from tests.db.test_claim_front import at
+from tests.helpers.claim_front import at
 
 
 class Clock:

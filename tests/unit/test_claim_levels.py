@@ -8,10 +8,7 @@ from datetime import datetime
 
 from django_pgjobs.claim.front import MAX_LEVELS, SLACK, ClaimFront
 from django_pgjobs.worker import Worker
-from tests.db.test_claim_front import (
-    at,
-    probing_worker,  # noqa: F401  (a fixture)
-)
+from tests.helpers.claim_front import at
 
 
 def _probed(front: ClaimFront, levels: tuple[int, ...], oldest: datetime | None = None) -> None:

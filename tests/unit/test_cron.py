@@ -17,7 +17,8 @@ from django_pgjobs.jobs import registry
 from django_pgjobs.jobs.definition import make_definition
 from django_pgjobs.maintenance.cron import Schedule, ScheduleError, collect_schedules
 from django_pgjobs.maintenance.services import default_services
-from tests.db.test_cron import ADD
+
+ADD = "tests.testapp.jobs.add"
 
 
 def needs_an_argument(x: int) -> int:

@@ -19,13 +19,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-import shlex
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.core.management import load_command_class
 from django.dispatch import Signal
+
+from tests.helpers.docs_pages import Command, FileEdit, matches, tutorial_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -151,83 +150,6 @@ def test_reference_covers_management_commands() -> None:
 
 
 # --------------------------------------------------------------------------- tutorial
-
-
-def matches(expected: list[str], actual: list[str]) -> bool:
-    """``expected`` equals ``actual`` where a ``...`` line stands for any lines."""
-    if not expected:
-        return not actual
-    if expected[0] == "...":
-        return any(matches(expected[1:], actual[i:]) for i in range(len(actual) + 1))
-    return bool(actual) and expected[0] == actual[0] and matches(expected[1:], actual[1:])
-
-
-@dataclass
-class Command:
-    line: str
-    expected: list[str] = field(default_factory=list)
-    where: str = ""
-
-
-@dataclass
-class FileEdit:
-    path: str
-    text: str
-    append: bool
-    where: str = ""
-
-
-def _console(text: str, where: str) -> Iterator[Command]:
-    lines = text.splitlines()
-    i = 0
-    current: Command | None = None
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("$ "):
-            if current:
-                yield current
-            command = line[2:]
-            while True:  # a command continues while its quotes are open
-                try:
-                    shlex.split(command)
-                    break
-                except ValueError:
-                    i += 1
-                    command += "\n" + lines[i]
-            current = Command(command, where=where)
-        elif current is not None:
-            current.expected.append(line)
-        i += 1
-    if current:
-        yield current
-
-
-BLOCK = re.compile(
-    r"^```(?P<lang>\w+)[^\n]*\n(?P<body>.*?)^```[ \t]*$"
-    r"|<!-- tutorial-test:[^\n]*\n(?P<hidden>.*?)-->",
-    re.M | re.S,
-)
-
-
-def tutorial_steps() -> list[Command | FileEdit]:
-    """The tutorial's files and commands, in reading order."""
-    steps: list[Command | FileEdit] = []
-    pages = sorted((DOCS / "tutorial").glob("[0-9]*.md"))
-    assert pages, "no tutorial pages found"
-    for page in pages:
-        text = page.read_text()
-        for m in BLOCK.finditer(text):
-            where = f"{page.name}:{text[: m.start()].count(chr(10)) + 1}"
-            if m["hidden"] is not None:
-                steps += _console(m["hidden"], where)
-            elif m["lang"] == "console":
-                steps += _console(m["body"], where)
-            elif m["lang"] == "python":
-                first, _, rest = m["body"].partition("\n")
-                header = re.match(r"# (\S+\.py)( \(add at the end\))?$", first)
-                if header:
-                    steps.append(FileEdit(header[1], rest, bool(header[2]), where))
-    return steps
 
 
 def test_tutorial_parses() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import django
 import pytest
 
-from tests.db.test_docs_blocks import Block, _ids, blocks, marked
+from tests.helpers.docs_pages import Block, block_ids, blocks, marked
 
 RUNNABLE = ("settings", "jobs", "sql", "command", "tutorial-project")
 
@@ -59,7 +59,7 @@ def _namespace(block: Block) -> dict[str, Any]:
     return namespace
 
 
-@pytest.mark.parametrize("block", marked("settings"), ids=_ids(marked("settings")))
+@pytest.mark.parametrize("block", marked("settings"), ids=block_ids(marked("settings")))
 def test_settings_blocks_are_valid_settings(block: Block) -> None:
     """Executed as a settings file; its ``PGJOBS`` passes the system check's validation."""
     from django_pgjobs.conf import settings_errors
@@ -76,7 +76,7 @@ def test_settings_blocks_are_valid_settings(block: Block) -> None:
             import_string(config["BACKEND"])
 
 
-@pytest.mark.parametrize("block", marked("jobs"), ids=_ids(marked("jobs")))
+@pytest.mark.parametrize("block", marked("jobs"), ids=block_ids(marked("jobs")))
 def test_job_definitions_register(block: Block) -> None:
     """Executed as a jobs module: every ``@job`` in it is valid and registers."""
     from django_pgjobs.jobs import registry

@@ -12,7 +12,10 @@ import pytest
 from django.db import migrations
 
 from django_pgjobs.db import functions, workflow_trigger
-from tests.db.test_migrations_frozen import MIGRATIONS, PACKAGE, SQUASH
+
+PACKAGE = Path(importlib.import_module("django_pgjobs").__file__).parent  # type: ignore[arg-type]
+MIGRATIONS = PACKAGE / "migrations"
+SQUASH = "0001_squashed_0015_job_timeout_no_limit"
 
 #: What the migrations may import of the package: the SQL texts of the functions.
 SQL_TEXTS = {"django_pgjobs.db.functions", "django_pgjobs.db.workflow_trigger"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -87,3 +87,13 @@ def unfinished(key: str) -> int:
         cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE key = %s AND ended IS NULL", [key])
         row = cursor.fetchone()
     return int(row[0]) if row else 0
+
+
+def max_overlap(intervals: Sequence[tuple[float, float, Any]]) -> int:
+    """Most runs in progress at one instant (an end before a start at a tie)."""
+    events = sorted([(s, 1) for s, _, _ in intervals] + [(e, -1) for _, e, _ in intervals])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
