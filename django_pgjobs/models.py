@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from django_pgjobs.conf import get_settings
+from django_pgjobs.jobs.chunk_schema import CHUNK_RUN_INDEX, chunk_run_field
 from django_pgjobs.jobs.fair_schema import FAIR_INDEX, fair_key_field, weights_field
 from django_pgjobs.jobs.managers import JobManager
 from django_pgjobs.states import ACTIVE, PRIORITY_MAX, PRIORITY_MIN, TERMINAL, JobStatus
@@ -91,21 +92,19 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=600, null=True, blank=True)
     # debounce.py: first enqueue + max_wait (or + 1000 years); NULL: not debounced
     debounce_until = models.DateTimeField(null=True, blank=True, editable=False)
-    # W3C trace context of the enqueue (OpenTelemetry): the job's span is its child.
-    trace_context = StoredJSONField(null=True, blank=True, editable=False)
-    # Workflows (db/workflows.py, db/workflow_trigger.py): all NULL for a plain job.
-    # ``workflow_id``: its run (workflow, chain, group, chord or batch). ``waiting``:
-    # its parents not finished (NULL: a batch member); a blocked job has waiting > 0,
-    # released by its last parent's end. ``failed_parents``: its parents that ended
-    # dead or cancelled (NULL: no parents, no results to read). ``cancelled_by``: the
-    # parent whose failure cancelled it (its retry resumes it). ``node``: its name.
+    trace_context = StoredJSONField(null=True, blank=True, editable=False)  # W3C, of the enqueue
+    chunk_run = chunk_run_field()  # chunk handlers: the call it ran in (chunk_schema.py)
+    # Workflows (db/workflows.py, db/workflow_trigger.py), all NULL for a plain job:
+    # ``workflow_id``: its run (workflow, chain, group, chord or batch); ``waiting``: its
+    # parents not finished (NULL: a batch member), > 0 while blocked, released by its
+    # last parent's end; ``failed_parents``: its parents that ended dead or cancelled
+    # (NULL: none); ``cancelled_by``: the failed parent that cancelled it; ``node``: its name.
     workflow_id = models.BigIntegerField(null=True, blank=True, editable=False)
     node = models.CharField(max_length=255, null=True, blank=True, editable=False)
     waiting = models.IntegerField(null=True, blank=True, editable=False)
     failed_parents = models.IntegerField(null=True, blank=True, editable=False)
     cancelled_by = models.BigIntegerField(null=True, blank=True, editable=False)
-    # Reclaimed from a lost worker (the reaper sets it; it may have killed it): it runs
-    # alone in a child process (worker/isolated.py) until a run of it ends normally.
+    # Reclaimed from a lost worker (the reaper sets it): it runs alone (worker/isolated.py).
     suspect = models.BooleanField(
         db_default=False,
         editable=False,
@@ -163,6 +162,7 @@ class Job(models.Model):
                 condition=Q(status=JobStatus.BLOCKED),
             ),
             FAIR_INDEX,
+            CHUNK_RUN_INDEX,  # the jobs of one chunk run, for the job page
             durable.WAITING_INDEX,  # durable jobs parked between runs, by wake time
             WAITING_FOR_INDEX,  # ... and by what a wake (a signal, an event) looks for
         ]

@@ -20,6 +20,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from django_pgjobs.admin.chunk_runs import chunk_run_html
 from django_pgjobs.admin.job_list import LIST_DEFERRED, MAX_ID
 from django_pgjobs.admin.workflows import run_link
 from django_pgjobs.conf import get_settings
@@ -114,6 +115,8 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
                 "classes": ("collapse",),
             },
         ),
+        # Chunk handlers: the jobs it ran with in one call (admin/chunk_runs.py).
+        ("Chunk run", {"fields": ("chunk_run_display",), "classes": ("collapse",)}),
         # Durable jobs (durable/): what it waits for, and its recorded steps.
         ("Durable", {"fields": ("waiting_for_display", "steps_table"), "classes": ("collapse",)}),
         ("Arguments", {"fields": ("args_pretty", "kwargs_pretty")}),
@@ -155,10 +158,13 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         """A workflow node's page shows its "Workflow" section open: the link to its
-        run's graph is one click away; a waiting job's page its "Durable" section."""
+        run's graph is one click away; a waiting job's page its "Durable" section; a
+        job that ran in a chunk its "Chunk run"."""
         opened = set()
         if obj is not None and obj.workflow_id is not None:
             opened.add("Workflow")
+        if obj is not None and obj.chunk_run is not None:
+            opened.add("Chunk run")
         if obj is not None and obj.status == JobStatus.WAITING:
             opened.add("Durable")
         return tuple(
@@ -217,11 +223,15 @@ class JobDetail(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the s
             return f"yes: each enqueue of its key moves run_at on by the debounce, {bound}"
         return f"it was; it has started, so an enqueue of its key makes a new job ({bound})"
 
-    @admin.display(description="args")
     @admin.display(description="workflow")
     def workflow_link(self, obj: Job) -> str:
         return run_link(obj.workflow_id)
 
+    @admin.display(description="chunk run")
+    def chunk_run_display(self, obj: Job) -> str:
+        return chunk_run_html(obj)
+
+    @admin.display(description="args")
     def args_pretty(self, obj: Job) -> str:
         if hasattr(obj, "args_head"):
             return pretty_text(obj.args_head, getattr(obj, "args_bytes", None))

@@ -39,6 +39,9 @@ class Claimed:
     #: when it was due, as epoch microseconds (``run_at`` converts): the claim front
     #: reads only the smallest of a claim's (front.py)
     run_at_us: int | None = None
+    #: the call of a chunk handler it runs in (``chunk_call.py``): its outcome's write
+    #: records it (``Job.chunk_run``); None for a job run alone
+    chunk_run: str | None = None
 
     @property
     def run_at(self) -> datetime | None:

@@ -64,8 +64,10 @@ RETURNING j.id, j.task"""
 
 
 def error_params(error: dict[str, Any]) -> dict[str, Any]:
-    """The error entry to append, and the parts that make it unique (``mark``, for
-    recognising our own earlier committed write; NULL when it has no ``at``)."""
+    """The error entry to append, the parts that make it unique (``mark``, for
+    recognising our own earlier committed write; NULL when it has no ``at``), and the
+    chunk run the attempt ran in (``chunk_run``: the failed-attempt writes record it
+    on the row, jobs/chunk_schema.py; NULL for a run alone)."""
     mark = None
     if error.get("at") is not None:
         mark = json.dumps([{k: error.get(k) for k in ("attempt", "at", "worker")}])
@@ -76,6 +78,7 @@ def error_params(error: dict[str, Any]) -> dict[str, Any]:
         "mark": mark,
         "attempt": attempt if isinstance(attempt, int) else None,
         "keep": errors_kept(),
+        "chunk_run": error.get("chunk_run"),
     }
 
 

@@ -92,6 +92,7 @@ UNION ALL
 SELECT id, lease, true FROM adopted
 """
 
+
 # Complete a batch of jobs and store their results in the same statement (so in
 # the same transaction); fenced by lease and status. A result row is written when
 # there is a value or an idempotency key to protect. JobResult has no FK to the
@@ -105,16 +106,29 @@ SELECT id, lease, true FROM adopted
 # sequential scan, locked in the heap's order, and deadlocked with cancels and
 # heartbeats (tests/db/test_lock_order.py). The explicit lock costs one more WAL
 # record per row, a small price for a lock order that holds whatever the plan.
-_COMPLETE_ITEMS = f"""d AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[])
-        AS d(id, lease, value)
+def _complete_items(*, chunk: bool = False) -> str:
+    """The CTEs that complete the told rows still ours (``done``); with ``chunk``, each
+    row also records the chunk run it ran in (``Job.chunk_run``, jobs/chunk_schema.py)."""
+    told = "%(ids)s::bigint[], %(leases)s::bigint[], %(values)s::jsonb[]"
+    columns = "id, lease, value"
+    recorded = ""
+    if chunk:
+        told += ", %(runs)s::uuid[]"
+        columns += ", chunk_run"
+        recorded = ", chunk_run = d.chunk_run"
+    return f"""d AS (
+    SELECT * FROM unnest({told})
+        AS d({columns})
 ), mine AS (
     {_lock_ours("d")}
 ), done AS (
-    UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now(), suspect = false
+    UPDATE {JOB} AS j SET status = '{JobStatus.COMPLETED}', finished_at = now(), suspect = false{recorded}
       FROM d WHERE j.id = ANY(ARRAY(SELECT id FROM mine)) AND d.id = j.id
     RETURNING j.id, j.idempotency_key, d.value
 )"""
+
+
+_COMPLETE_ITEMS = _complete_items()
 
 # A completion also clears ``suspect`` (db/reap.py): the run ended normally.
 #
@@ -136,11 +150,13 @@ SELECT id FROM done
 """
 declare("JOB_COMPLETE_MANY", (JobStatus.RUNNING, JobStatus.COMPLETED))
 
+
 # The redo form, for every other caller (a batch retried after an error, one row
 # at a time, an atomic job's own transaction, run_jobs): also answers the rows an
 # earlier, committed run of this very write completed.
-JOB_COMPLETE_MANY_REDO = f"""
-WITH {_COMPLETE_ITEMS}, {_STORE_RESULTS}
+def _complete_redo(items: str) -> str:
+    return f"""
+WITH {items}, {_STORE_RESULTS}
 SELECT id FROM done
 UNION ALL
 -- Already completed under OUR lease: an earlier run of this very write committed
@@ -149,7 +165,17 @@ UNION ALL
 SELECT j.id FROM {JOB} j JOIN d ON j.id = d.id AND j.lease = d.lease
  WHERE j.id = ANY(%(ids)s::bigint[]) AND {by_id_is(JobStatus.COMPLETED, column="j.status")}
 """
+
+
+JOB_COMPLETE_MANY_REDO = _complete_redo(_COMPLETE_ITEMS)
 declare("JOB_COMPLETE_MANY_REDO", (JobStatus.RUNNING, JobStatus.COMPLETED))
+
+# The completion of jobs that ran in a chunk (worker/chunk_call.py): the redo form, each
+# row also recording its chunk run. A statement of its own, so a plain job's completion
+# (the hot form above) stays as it is; always the redo form, as a chunk's completions
+# are a small share of a batch's.
+JOB_COMPLETE_CHUNK = _complete_redo(_complete_items(chunk=True))
+declare("JOB_COMPLETE_CHUNK", (JobStatus.RUNNING, JobStatus.COMPLETED))
 
 
 # Recognising our own earlier committed write (its reply was lost, the write is
@@ -173,8 +199,10 @@ def _ours_already(statuses: str, *, by_lease: bool = True) -> str:
 
 
 # The end of every failed-attempt write: our error entry appended (the history kept
-# bounded), last_error set, on the running row that is still ours.
-_RECORD_OURS = f"""errors = {keep_newest("errors || %(error)s::jsonb")},
+# bounded), last_error set, the chunk run it ran in recorded (a run alone, NULL, keeps
+# the last one: jobs/chunk_schema.py), on the running row that is still ours.
+_RECORD_OURS = f"""chunk_run = COALESCE(%(chunk_run)s::uuid, chunk_run),
+           errors = {keep_newest("errors || %(error)s::jsonb")},
            last_error = %(last_error)s
      WHERE id = %(id)s AND lease = %(lease)s AND {by_id_is(JobStatus.RUNNING)}"""
 
@@ -346,13 +374,18 @@ def job_heartbeat(connection: Connection, items: Sequence[tuple[int, int]]) -> s
 
 
 def job_complete_many(
-    connection: Connection, items: Sequence[tuple[int, int, Any]], *, redo: bool = True
+    connection: Connection,
+    items: Sequence[tuple[Any, ...]],
+    *,
+    redo: bool = True,
+    chunk: bool = False,
 ) -> set[int]:
     """JOB_COMPLETE_MANY_REDO (or with ``redo=False``, only for a first try that cannot
     have run before, JOB_COMPLETE_MANY): complete ``(id, lease, return value)`` items;
     returns the ids that were still ours (with ``redo``, including those an earlier,
     committed run of the same write completed). Values of type ``Encoded`` are stored
-    as they are."""
+    as they are. ``chunk``: items ``(id, lease, return value, chunk run)`` of jobs that
+    ran in a chunk, each recording its chunk run (JOB_COMPLETE_CHUNK, a redo form)."""
     items = sorted(items, key=lambda i: i[0])  # lock order: by id
     params = {
         "ids": int_array(i[0] for i in items),
@@ -362,6 +395,9 @@ def job_complete_many(
         ),
     }
     statement = JOB_COMPLETE_MANY_REDO if redo else JOB_COMPLETE_MANY
+    if chunk:
+        params["runs"] = text_array(i[3] for i in items)
+        statement = JOB_COMPLETE_CHUNK
     with hot_cursor(connection) as cursor:
         cursor.execute(statement, params)
         return {row[0] for row in cursor.fetchall()}

@@ -95,6 +95,14 @@ def job_complete_many(
     return job_outcome.job_complete_many(connection, items, redo=redo)
 
 
+def job_complete_chunk(
+    connection: Connection, items: Sequence[tuple[int, int, Any, str]]
+) -> set[int]:
+    """``job_complete_many`` of jobs that ran in a chunk, each also recording its chunk
+    run (``JOB_COMPLETE_CHUNK``, the redo form)."""
+    return job_outcome.job_complete_many(connection, items, chunk=True)
+
+
 def job_retry(
     connection: Connection,
     *,

@@ -119,6 +119,7 @@ def new_job(
         "waiting_for": None,
         "wakes": 0,
         "debounce_until": None,
+        "chunk_run": None,
         **(overrides or {}),
     }
     job = model.from_db(alias, attnames, [values[name] for name in attnames])

@@ -7,12 +7,14 @@ gets its own outcome and stays out of the call. The call's exception is every
 called job's failure, charged once to each (retried or dead-lettered by its own
 attempts); a transaction left open fails every called job, as it fails a job run
 alone. The outcomes are written by the completer, each fenced by its own job's
-lease.
+lease, and records the call (``Claimed.chunk_run``, one new id a call) on each
+called job's row, for the job page (``jobs/chunk_schema.py``).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +65,9 @@ def execute_chunk(
         items.append(ChunkItem(claimed.id, args, kwargs, given))
         called.append(i)
     if definition is not None and called:
+        run = str(uuid.uuid4())
+        for i in called:
+            members[i][0].chunk_run = run
         first_claimed, first_context = members[called[0]]
         try:
             # one span for the call, in the first job's trace

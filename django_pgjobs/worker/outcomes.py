@@ -25,6 +25,7 @@ from django_pgjobs import signals
 from django_pgjobs.claim.rows import Claimed
 from django_pgjobs.db.store import (
     Encoded,
+    job_complete_chunk,
     job_complete_many,
     job_dead,
     job_park,
@@ -83,7 +84,12 @@ def after_write(job_id: int, lease: int, callback: Callable[[Outcome, bool], Non
 def complete(connection: BaseDatabaseWrapper, claimed: Claimed, value: Any) -> bool:
     """Mark ``claimed`` completed with ``value``; True when the row was still ours.
     Also called inside an atomic job's own transaction, so the completion commits
-    (or rolls back) with what the handler wrote."""
+    (or rolls back) with what the handler wrote. A job that ran in a chunk records
+    its chunk run (``JOB_COMPLETE_CHUNK``)."""
+    if claimed.chunk_run is not None:
+        return bool(
+            job_complete_chunk(connection, [(claimed.id, claimed.lease, value, claimed.chunk_run)])
+        )
     return bool(job_complete_many(connection, [(claimed.id, claimed.lease, value)]))
 
 
@@ -100,6 +106,10 @@ def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -
         return park(connection, claimed, outcome.extra["parked"])
     if outcome.error is None:
         raise ValueError(f"a {outcome.kind} outcome without an error entry")
+    error = outcome.error
+    if claimed.chunk_run is not None:
+        # the attempt's entry names its chunk run; the write records it on the row too
+        error = {**error, "chunk_run": claimed.chunk_run}
     if outcome.extra.get("timed_out"):
         status = job_timed_out(
             connection,
@@ -107,7 +117,7 @@ def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -
             lease=claimed.lease,
             retry=outcome.kind == "retry",
             delay=outcome.delay,
-            error=outcome.error,
+            error=error,
             suspect=claimed.suspect,  # a suspect given up on has not proved it ends well
         )
         if status == "dead" and outcome.kind == "retry":
@@ -119,13 +129,13 @@ def write(connection: BaseDatabaseWrapper, claimed: Claimed, outcome: Outcome) -
             id=claimed.id,
             lease=claimed.lease,
             delay=outcome.delay,
-            error=outcome.error,
+            error=error,
             suspect=bool(outcome.extra.get("suspect")),  # it killed its process: isolated.py
         )
         if status == "dead":
             outcome.kind = "dead"  # the attempts guard dead-lettered it: report that
         return status is not None
-    return job_dead(connection, id=claimed.id, lease=claimed.lease, error=outcome.error)
+    return job_dead(connection, id=claimed.id, lease=claimed.lease, error=error)
 
 
 def park(connection: BaseDatabaseWrapper, claimed: Claimed, parked: Parked) -> bool:
@@ -160,12 +170,24 @@ def write_batch(
         for i, (_, outcome) in enumerate(items)
         if outcome.kind == "completed" and not outcome.written
     ]
+    # A chunk's jobs record their chunk run: a statement of their own, so the plain
+    # completion stays the hot one.
+    plain = [i for i in to_complete if items[i][0].chunk_run is None]
+    chunked = [i for i in to_complete if items[i][0].chunk_run is not None]
     ours: set[int] = set()
-    if to_complete:
+    if plain:
         ours = job_complete_many(
             connection,
-            [(items[i][0].id, items[i][0].lease, stored(items[i][1])) for i in to_complete],
+            [(items[i][0].id, items[i][0].lease, stored(items[i][1])) for i in plain],
             redo=redo,
+        )
+    if chunked:
+        ours |= job_complete_chunk(
+            connection,
+            [
+                (items[i][0].id, items[i][0].lease, stored(items[i][1]), str(items[i][0].chunk_run))
+                for i in chunked
+            ],
         )
     batched = set(to_complete)
     for i, (claimed, outcome) in enumerate(items):

@@ -194,6 +194,8 @@ def _by_id_params(rows: list[tuple[int, int]]) -> dict[str, Any]:
         "retry": True,
         "still_running": True,
         "suspect": False,
+        "chunk_run": None,
+        "runs": ["00000000-0000-4000-8000-000000000001"] * len(ids),
         **error_params(error),
     }
 
@@ -223,6 +225,7 @@ def _generic_plan(statement: str, params: dict[str, Any]) -> str:
 STATEMENTS = {
     "JOB_COMPLETE_MANY": job_outcome.JOB_COMPLETE_MANY,
     "JOB_COMPLETE_MANY_REDO": job_outcome.JOB_COMPLETE_MANY_REDO,
+    "JOB_COMPLETE_CHUNK": job_outcome.JOB_COMPLETE_CHUNK,
     "JOB_HEARTBEAT": job_outcome.JOB_HEARTBEAT,
     "JOB_RETRY": job_outcome.JOB_RETRY,
     "JOB_TIMED_OUT": job_outcome.JOB_TIMED_OUT,
@@ -231,7 +234,7 @@ STATEMENTS = {
     "JOB_RELEASE_MANY": job_outcome.JOB_RELEASE_MANY,
     "JOB_CANCEL": job_admin.JOB_CANCEL,
 }
-BY_ID = ["JOB_COMPLETE_MANY", "JOB_COMPLETE_MANY_REDO", "JOB_HEARTBEAT", "JOB_RETRY", "JOB_TIMED_OUT", "JOB_DEAD",
+BY_ID = ["JOB_COMPLETE_MANY", "JOB_COMPLETE_MANY_REDO", "JOB_COMPLETE_CHUNK", "JOB_HEARTBEAT", "JOB_RETRY", "JOB_TIMED_OUT", "JOB_DEAD",
          "JOB_RELEASE", "JOB_RELEASE_MANY", "JOB_CANCEL"]  # fmt: skip
 
 

@@ -231,6 +231,14 @@ ROWS: tuple[Row, ...] = (
         args=("--concurrency", "1"),
         setup="chunk",
     ),
+    # ... and completes them with the completion that records their chunk run.
+    Row(
+        "worker: complete a chunk's jobs (recording their chunk run)",
+        "db.JOB_COMPLETE_CHUNK",
+        "worker",
+        args=("--concurrency", "1"),
+        setup="chunk",
+    ),
     Row("worker: read the queue limits", "claim.QUEUE_LIMITS", "worker", setup="max_running"),
     # Fair shares (claim/fair.py): the workload's jobs have fair keys, so the worker
     # finds their queue among the fair ones and claims it with the fair claim.
