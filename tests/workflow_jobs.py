@@ -4,6 +4,8 @@ subprocesses know them too)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import pickle
 import random
@@ -175,6 +177,16 @@ def probe_results(context: JobContext, results: Sequence[Any]) -> dict[str, Any]
         "has": [names[-1] in parents, "nobody" in parents],
         "pickled": pickle.loads(pickle.dumps(results)) == list(results),  # noqa: S301 - our own bytes
     }
+
+
+def digest_of(values: Any) -> str:
+    return hashlib.sha256(json.dumps(values).encode()).hexdigest()
+
+
+@job
+def digest(results: Sequence[Any]) -> str:
+    """The digest of the chord's results (too large to return)."""
+    return digest_of(list(results))
 
 
 @job(takes_context=True)

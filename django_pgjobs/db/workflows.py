@@ -93,9 +93,29 @@ SELECT e.parent_id, e.parent_node, e.receives, pg_column_size(r.value),
 """
 
 # One page of a node's parents' results, by the parents' ids (through the results'
-# primary key); the worker puts them in position order. Reads only.
+# primary key); the worker puts them in position order. A page holds small values
+# only (a larger one is read by PARENT_RESULT_PIECES). Reads only.
 PARENT_RESULT_PAGE = f"""
 SELECT job_id, value FROM {RESULT} WHERE job_id = ANY(%(ids)s::bigint[])
+"""
+
+# One large (or compressed) parent result as rows of at most %(piece)s bytes of its
+# UTF-8 text, in order: the worker streams them (one row at a time) and grows the
+# value as they come, so neither the driver nor the worker holds the whole text
+# beside the value. A string is sent as its text (#>> '{}', nothing left to decode);
+# anything else as its JSON. MATERIALIZED: the value is detoasted and converted once,
+# not once a piece; bytes, not characters, so finding a piece does not scan the text
+# before it. Reads only.
+PARENT_RESULT_PIECES = f"""
+WITH v AS MATERIALIZED (
+    SELECT jsonb_typeof(value) = 'string' AS plain,
+           convert_to(CASE WHEN jsonb_typeof(value) = 'string' THEN value #>> '{{}}'
+                           ELSE value::text END, 'UTF8') AS bytes
+      FROM {RESULT} WHERE job_id = %(id)s
+)
+SELECT v.plain, substring(v.bytes FROM g * %(piece)s + 1 FOR %(piece)s)
+  FROM v, generate_series(0, greatest(octet_length(v.bytes) - 1, 0) / %(piece)s) AS g
+ ORDER BY g
 """
 
 # The first of a node's parents whose row is gone (deleted by hand; the pruner keeps

@@ -5,8 +5,12 @@ once (the rows, their text, the decoded values), they would need several times t
 in one worker. ``ResultList`` (the chord's list) and ``ParentResults``
 (``context.parent_results``) hold only the parents' ids and names; values are read
 when asked for, a page at a time, and only the last page read is kept. A page is
-at most ``PAGE_BYTES`` of stored values (or one value, whatever its size), so a
-callback that walks every result needs the memory of a few results, not of all.
+at most ``PAGE_BYTES`` of stored values; a larger (or compressed) value is a page of
+its own, streamed in pieces of ``PIECE_BYTES`` and grown as they come, so the driver
+never holds its whole text beside it and a string needs no second copy to decode.
+A callback that walks every result needs the memory of the one being read and of
+those it keeps itself (a ``for`` loop keeps the previous one while the next is read),
+not of all.
 
 The page is read on the connection of the thread that asks (the job's own, in a
 worker thread), each page its own statement: no cursor or transaction stays open
@@ -15,12 +19,15 @@ between pages, so the job's transactions are its own.
 
 from __future__ import annotations
 
+import codecs
+import functools
 import operator
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, overload
 
 from django.db import connections
+from django.db.backends.utils import CursorWrapper
 
 from django_pgjobs.db import store
 from django_pgjobs.support import decoding
@@ -29,6 +36,8 @@ from django_pgjobs.support import decoding
 PAGE_BYTES = 256 * 1024
 #: Values read by one statement at most (small or empty results).
 PAGE_ROWS = 1000
+#: Bytes of a large value's text sent in one row of its stream.
+PIECE_BYTES = 64 * 1024
 
 
 class Parent(NamedTuple):
@@ -72,6 +81,60 @@ def _page_starts(parents: Sequence[Parent]) -> list[int]:
     return starts
 
 
+def _streamed(parent: Parent) -> bool:
+    """A value read alone, in pieces: one larger than a page, or compressed (its size
+    as text unknown)."""
+    return parent.stored is not None and (parent.packed or parent.stored > PAGE_BYTES)
+
+
+def _gone(parent_id: int) -> ValueError:
+    return ValueError(
+        f"the stored result of parent job {parent_id} is gone: it was "
+        "deleted while the job was reading its parents' results"
+    )
+
+
+def read_streamed(alias: str, parent_id: int) -> Any:
+    """Parent ``parent_id``'s result, read as a stream of ``PIECE_BYTES`` rows (one row
+    in the driver at a time) through the connection's ``execute_wrappers``, as
+    ``execute`` would go (psycopg's ``stream`` bypasses them otherwise; so the fault
+    suite's injector sees it too)."""
+    db = connections[alias]
+    with db.cursor() as cursor:
+        executor: Any = _stream_executor
+        for wrapper in reversed(db.execute_wrappers):  # the order Django applies them in
+            executor = functools.partial(wrapper, executor)
+        found = executor(
+            store.PARENT_RESULT_PIECES,
+            {"id": parent_id, "piece": PIECE_BYTES},
+            False,
+            {"connection": db, "cursor": cursor},
+        )
+    if found is None:
+        raise _gone(parent_id)
+    plain, text = found
+    return text if plain else decode(parent_id, text)
+
+
+def _stream_executor(
+    sql: str, params: Any, many: bool, context: dict[str, Any]
+) -> tuple[bool, str] | None:
+    """``(is a string, its text or JSON)`` from the stream, or None: no row (gone).
+    The text grows by ``+=`` on a name nothing else refers to, which CPython does in
+    place where the allocator can (no copy of what was read so far)."""
+    cursor: CursorWrapper = context["cursor"]
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    text = ""
+    plain: bool | None = None
+    for row in cursor.cursor.stream(sql, params):
+        plain = row[0]
+        text += decoder.decode(row[1])
+    if plain is None:
+        return None
+    text += decoder.decode(b"", final=True)
+    return plain, text
+
+
 class ParentPages:
     """The values of a node's parents, in position order, read a page at a time on
     ``alias``; the last page read is kept (indexing near it reads nothing)."""
@@ -96,6 +159,8 @@ class ParentPages:
         return values
 
     def _read(self, parents: Sequence[Parent]) -> list[Any]:
+        if len(parents) == 1 and _streamed(parents[0]):
+            return [read_streamed(self.alias, parents[0].job_id)]
         ids = [p.job_id for p in parents if p.stored is not None]
         texts: dict[int, Any] = {}
         if ids:
@@ -109,10 +174,7 @@ class ParentPages:
             elif parent.job_id in texts:
                 values.append(decode(parent.job_id, texts[parent.job_id]))
             else:  # deleted by hand while the job ran
-                raise ValueError(
-                    f"the stored result of parent job {parent.job_id} is gone: it was "
-                    "deleted while the job was reading its parents' results"
-                )
+                raise _gone(parent.job_id)
         return values
 
     def at(self, index: int) -> Any:

@@ -170,9 +170,11 @@ class Scenario:
         repair = self.row.statement.startswith("db.WF_REPAIR")
         if repair:
             hold = {"hold": 30.0, "until_file": str(self.fired_path)}
+        # a result larger than a page (read alone, in pieces) for the pieces' own row
+        large = {"pad": 300_000} if self.row.statement == "db.PARENT_RESULT_PIECES" else {}
         members = [
             self.insert(STEP, priority=55, kwargs=hold),
-            self.insert(STEP, priority=55),
+            self.insert(STEP, priority=55, kwargs=large),
         ]
         callback = self.insert(ATOMIC, priority=55)
         self.db.execute(

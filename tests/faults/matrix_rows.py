@@ -309,6 +309,13 @@ ROWS: tuple[Row, ...] = (
         "worker",
         setup="workflow",
     ),
+    # a result larger than a page: the callback reads it alone, as a stream of pieces
+    Row(
+        "worker: a node's parent's large result, in pieces",
+        "db.PARENT_RESULT_PIECES",
+        "worker",
+        setup="workflow",
+    ),
     Row("repair pass: lock blocked jobs", "db.WF_REPAIR_LOCK", "worker", setup="workflow"),
     Row("repair pass: recount their parents", "db.WF_REPAIR", "worker", setup="workflow"),
     Row("repair pass: closed batches", "db.BATCH_REPAIR", "worker"),

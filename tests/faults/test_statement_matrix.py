@@ -353,6 +353,7 @@ def test_matrix_covers_every_statement(
         # workflows: a chord in the worker cells' own workload (setup="workflow")
         "db.PARENT_EDGES",
         "db.PARENT_RESULT_PAGE",
+        "db.PARENT_RESULT_PIECES",  # a result larger than a page (the row's own workload)
         "db.PARENT_MISSING",
         "db.WF_REPAIR",
         # durable jobs: a job that sleeps in the worker cells' own workload (setup="durable")

@@ -249,7 +249,8 @@ def fault_step(
     until_cancelled: bool = False,
     until_file: str = "",
     gil: bool = False,
-) -> int:
+    pad: int = 0,
+) -> int | str:
     """A job with a probe at every boundary.
 
     ``stop_at="claimed"`` SIGSTOPs the whole worker before the handler does
@@ -260,6 +261,8 @@ def fault_step(
     GIL (one C call: the worker's threads all stop). ``mode`` picks the outcome ("ok",
     "raise" or "discard"). Stops and failures happen on the first claim only (lease 1:
     a lost worker's attempt is given back, so ``attempt`` repeats after a reclaim).
+    ``pad``: returns a string of that many characters instead of the lease (a result
+    large enough that a workflow child reads it alone, as a stream of pieces).
     """
     first = context.lease == 1
     if stop_at == "claimed" and first:
@@ -276,6 +279,8 @@ def fault_step(
         raise ValueError(f"fault_step failed on attempt {context.attempt}")
     if mode == "discard" and first:
         raise FaultDiscard("fault_step discarded")
+    if pad:
+        return f"{context.lease}:" + "x" * pad
     return context.lease
 
 
