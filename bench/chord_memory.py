@@ -114,8 +114,8 @@ def main(members: int, size: int) -> None:
         print(
             f"{members:,} x {size:,} B ({members * size / 2**20:,.0f} MiB): callback "
             f"{status(ids[-1])} in {took:.1f} s (members {members_took:.0f} s); worker peak "
-            f"RSS {baseline:,.0f} MB before it, {peak:,.0f} MB after "
-            f"(+{peak - baseline:,.0f} MB = {(peak - baseline) * 2**20 / size:,.1f} results); "
+            f"RSS {baseline:,.1f} MB before it, {peak:,.1f} MB after "
+            f"(+{peak - baseline:,.1f} MB = {(peak - baseline) * 2**20 / size:,.1f} results); "
             f"the members' worker peaked at {members_peak:,.0f} MB"
         )
     finally:
