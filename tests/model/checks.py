@@ -114,7 +114,7 @@ def at_end(world: World) -> list[str]:
     problems += reruns(world, rows, runs)
     problems += false_reaps(world, rows)
     problems += false_fences(world)
-    problems += fairness(world, runs)
+    problems += fairness(world, runs, rows)
     problems += world.batches.at_end()
     return problems
 
@@ -202,16 +202,29 @@ def cut_short(run: Run, runs: Sequence[Run]) -> bool:
     )
 
 
-def fairness(world: World, runs: Sequence[Run]) -> list[str]:
+def fairness(world: World, runs: Sequence[Run], rows: dict[int, Job]) -> list[str]:
     """No tenant starved behind another's backlog: each light tenant's job of the fair
     burst, enqueued just after the heavy tenant's backlog, is first claimed before the
     last of that backlog is (a FIFO claim would start it last). Read from first claims,
     which a later SIGKILL, freeze or timeout does not move; jobs the model cancelled or
-    retried are left out on both sides."""
+    retried are left out on both sides.
+
+    So are jobs the reaper took back from a lost worker (a ``WorkerLost`` entry): what
+    the fair claim promises is the order of its claims, one turn of the rotation
+    (docs/howto/control-throughput.md, "fair shares"), and a job claimed in its turn
+    by a worker then frozen, killed or held past STALE_AFTER waits for the reaper like
+    any job (docs/explanation/guarantees.md). Its lost claim left no run record (the
+    run never started), so its first recorded claim is the reclaim, after the jobs
+    claimed meanwhile: a light job lost that way was seen "claimed after the last of
+    the backlog" though it had its turn, and a heavy one would move the backlog's end."""
     first: dict[int, float] = {}
     for run in runs:
         first[run.job_id] = min(first.get(run.job_id, math.inf), run.claimed or run.started)
-    burst = [n for n in world.notes.values() if n.kind == FAIR and not n.touched and n.id in first]
+    burst = [
+        n
+        for n in world.notes.values()
+        if n.kind == FAIR and not n.touched and n.id in first and not reaped(rows.get(n.id))
+    ]
     heavy = [first[n.id] for n in burst if n.tenant == HEAVY]
     if not heavy:
         return []
@@ -222,6 +235,15 @@ def fairness(world: World, runs: Sequence[Run]) -> list[str]:
         for n in burst
         if n.tenant != HEAVY and first[n.id] >= last
     ]
+
+
+def reaped(row: Job | None) -> bool:
+    """The reaper took the job back from a lost worker at least once."""
+    return row is not None and any(
+        "WorkerLost" in str(entry.get("type"))
+        for entry in row.errors or []
+        if isinstance(entry, dict)
+    )
 
 
 def false_reaps(world: World, rows: dict[int, Job]) -> list[str]:
