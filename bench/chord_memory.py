@@ -1,11 +1,12 @@
 """Peak memory of a worker running one chord callback over large results.
 
-    DATABASE_URL=... python bench/chord_memory.py MEMBERS SIZE_BYTES
+    DATABASE_URL=... python bench/chord_memory.py MEMBERS SIZE_BYTES [walk|size]
 
 Enqueues a chord of MEMBERS ``blob`` members (each returns SIZE_BYTES of random hex,
 stored uncompressed; at most ``MAX_RESULT_BYTES`` as JSON) and a ``walk_results``
 callback (it reads every result through the chord's list, then again through
-``context.parent_results``) on a queue of its own. A plain ``runjobs`` process
+``context.parent_results``; ``size``: ``size_results``, which keeps no result) on a
+queue of its own. A plain ``runjobs`` process
 serves that queue alone and starts first, so its peak RSS (``VmHWM``) before the
 callback is its baseline; another ``runjobs``, at its defaults, runs the members.
 Prints the callback worker's peak RSS before and after the callback, the members'
@@ -84,12 +85,15 @@ def cleanup(run_id: int, ids: list[int]) -> None:
         cursor.execute("VACUUM django_pgjobs_jobresult")
 
 
-def main(members: int, size: int) -> None:
+CALLBACKS = {"walk": w.walk_results, "size": w.size_results}
+
+
+def main(members: int, size: int, callback: str = "walk") -> None:
     call_command("migrate", verbosity=0)
     size = min(size, get_settings().MAX_RESULT_BYTES - 2)  # stored as a JSON string: quoted
     callback_worker = runjobs("--queues", QUEUE)
     run = chord(
-        [w.blob.s(size, i) for i in range(members)], w.walk_results.using(queue=QUEUE).s()
+        [w.blob.s(size, i) for i in range(members)], CALLBACKS[callback].using(queue=QUEUE).s()
     ).enqueue()
     ids = [job.id for job in run.jobs]
     try:
@@ -112,7 +116,7 @@ def main(members: int, size: int) -> None:
         took = time.monotonic() - started
         peak = vm_hwm_mb(callback_worker.pid)
         print(
-            f"{members:,} x {size:,} B ({members * size / 2**20:,.0f} MiB): callback "
+            f"{members:,} x {size:,} B, {callback} ({members * size / 2**20:,.0f} MiB): callback "
             f"{status(ids[-1])} in {took:.1f} s (members {members_took:.0f} s); worker peak "
             f"RSS {baseline:,.1f} MB before it, {peak:,.1f} MB after "
             f"(+{peak - baseline:,.1f} MB = {(peak - baseline) * 2**20 / size:,.1f} results); "
@@ -124,4 +128,4 @@ def main(members: int, size: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])

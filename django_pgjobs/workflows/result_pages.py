@@ -26,6 +26,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, overload
 
+import psycopg
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
@@ -120,15 +121,27 @@ def _stream_executor(
     sql: str, params: Any, many: bool, context: dict[str, Any]
 ) -> tuple[bool, str] | None:
     """``(is a string, its text or JSON)`` from the stream, or None: no row (gone).
+
+    The pieces come in binary format, on a cursor of the connection's own that binds
+    on the server (Django's binds on the client, which psycopg allows text results
+    only): as text, a ``bytea`` piece is twice its size in hex, so the driver's input
+    buffer and each row would hold double and the hex be unescaped into a third copy.
     The text grows by ``+=`` on a name nothing else refers to, which CPython does in
-    place where the allocator can (no copy of what was read so far)."""
+    place where the allocator can; each row is let go before the text grows, so the
+    space it took after the text is free to grow into (held, it makes the allocator
+    move the whole text, a copy beside the original)."""
     cursor: CursorWrapper = context["cursor"]
     decoder = codecs.getincrementaldecoder("utf-8")()
     text = ""
     plain: bool | None = None
-    for row in cursor.cursor.stream(sql, params):
-        plain = row[0]
-        text += decoder.decode(row[1])
+    with psycopg.Cursor(cursor.cursor.connection) as binary:
+        for row in binary.stream(sql, params, binary=True):
+            plain, data = row
+            del row
+            piece = decoder.decode(data)
+            del data
+            text += piece
+            del piece
     if plain is None:
         return None
     text += decoder.decode(b"", final=True)
