@@ -5,6 +5,7 @@ about one at a time, and the list and mapping it is given behave as before."""
 from __future__ import annotations
 
 import random
+import sys
 import tracemalloc
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,12 @@ MEMBERS = 200
 SIZE = 512 * 1024
 
 
+def traced() -> int:
+    """Under a tracer (coverage) CPython does not grow a string in place: each piece
+    copies the value read so far, so for a moment the value is there twice."""
+    return SIZE if sys.gettrace() is not None else 0
+
+
 def test_a_chord_callback_walking_its_results_holds_a_few_at_a_time() -> None:
     """200 results of 512 kB (100 MB): the callback reads each through the list and
     through ``parent_results``; Python's peak allocation while it runs stays within a
@@ -47,7 +54,9 @@ def test_a_chord_callback_walking_its_results_holds_a_few_at_a_time() -> None:
     assert ran[0].value == {"heads": [str(i) for i in range(MEMBERS)], "size": MEMBERS * SIZE}
     # the current result, the previous one (the loop's variable keeps it while the
     # next is read) and a piece: reading each whole first held two more
-    assert peak < 2.4 * SIZE, f"peak {peak / 2**20:.2f} MiB while reading {MEMBERS} results"
+    assert peak < 2.4 * SIZE + traced(), (
+        f"peak {peak / 2**20:.2f} MiB while reading {MEMBERS} results"
+    )
 
 
 def test_a_chord_callback_that_keeps_no_result_holds_one_and_a_piece() -> None:
@@ -66,7 +75,9 @@ def test_a_chord_callback_that_keeps_no_result_holds_one_and_a_piece() -> None:
     assert [(r.status, r.value) for r in ran] == [("completed", MEMBERS * SIZE)]
     # the result, the piece it grows by and the run's own few kB: holding each row
     # while the value grew held one more piece
-    assert peak < 1.35 * SIZE, f"peak {peak / 2**20:.2f} MiB while reading {MEMBERS} results"
+    assert peak < 1.35 * SIZE + traced(), (
+        f"peak {peak / 2**20:.2f} MiB while reading {MEMBERS} results"
+    )
 
 
 def test_a_result_larger_than_a_page_is_read_in_pieces_as_it_was_returned() -> None:
