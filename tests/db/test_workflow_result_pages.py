@@ -37,12 +37,11 @@ def traced() -> int:
     return SIZE if sys.gettrace() is not None else 0
 
 
-def test_a_chord_callback_walking_its_results_holds_a_few_at_a_time() -> None:
-    """200 results of 512 kB (100 MB): the callback reads each through the list and
-    through ``parent_results``; Python's peak allocation while it runs stays within a
-    few results (it held all of them, twice over, when they were read at once)."""
+def run_callback(callback: Any) -> tuple[list[Any], int]:
+    """Runs a chord of ``MEMBERS`` results of ``SIZE`` and then its ``callback``; the
+    callback's runs and Python's peak allocation while it ran."""
     members = [w.blob.s(SIZE, i) for i in range(MEMBERS)]
-    run = chord(members, w.walk_results.using(queue="wf-memory").s()).enqueue()
+    chord(members, callback.using(queue="wf-memory").s()).enqueue()
     assert len(run_jobs(queues=["default"])) == MEMBERS
     tracemalloc.start()
     try:
@@ -50,7 +49,15 @@ def test_a_chord_callback_walking_its_results_holds_a_few_at_a_time() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert [(r.status, r.id) for r in ran] == [("completed", run.jobs[-1].id)]
+    return ran, peak
+
+
+def test_a_chord_callback_walking_its_results_holds_a_few_at_a_time() -> None:
+    """200 results of 512 kB (100 MB): the callback reads each through the list and
+    through ``parent_results``; Python's peak allocation while it runs stays within a
+    few results (it held all of them, twice over, when they were read at once)."""
+    ran, peak = run_callback(w.walk_results)
+    assert [r.status for r in ran] == ["completed"]
     assert ran[0].value == {"heads": [str(i) for i in range(MEMBERS)], "size": MEMBERS * SIZE}
     # the current result, the previous one (the loop's variable keeps it while the
     # next is read) and a piece: reading each whole first held two more
@@ -63,15 +70,7 @@ def test_a_chord_callback_that_keeps_no_result_holds_one_and_a_piece() -> None:
     """A callback that lets each result go before reading the next (``size_results``)
     holds the one being read and the piece it is growing by; each row of the stream
     is let go before the value grows, so no row's copy of a piece is held beside it."""
-    members = [w.blob.s(SIZE, i) for i in range(MEMBERS)]
-    chord(members, w.size_results.using(queue="wf-memory").s()).enqueue()
-    assert len(run_jobs(queues=["default"])) == MEMBERS
-    tracemalloc.start()
-    try:
-        ran = run_jobs(queues=["wf-memory"])
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    ran, peak = run_callback(w.size_results)
     assert [(r.status, r.value) for r in ran] == [("completed", MEMBERS * SIZE)]
     # the result, the piece it grows by and the run's own few kB: holding each row
     # while the value grew held one more piece
