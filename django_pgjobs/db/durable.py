@@ -266,9 +266,10 @@ def step_record(
     kind: str,
     result: str | None,
 ) -> tuple[bool, int | None]:
-    """STEP_RECORD: record a step (``result``: its JSON text) under ``lease``;
-    ``(ours, seq)``: ours False when the lease was no longer ours (nothing written),
-    seq None when the key was recorded already."""
+    """STEP_RECORD: INSERT a step (``result``: its JSON text) under the job row's
+    ``FOR NO KEY UPDATE`` lock, fenced by ``lease``; ``(ours, seq)``: ours False when
+    the lease was no longer ours (nothing written), seq None when the key was recorded
+    already."""
     params = {
         "id": job_id,
         "lease": lease,
@@ -293,10 +294,11 @@ def job_park(
     seen: int,
     signal: bool = False,
 ) -> str | None:
-    """JOB_PARK: park a run (``waiting_for``: JSON text; ``signal``: a wait for a
-    signal, whose park first tries the job's signal lock, in one transaction with it);
-    the status it gave the row ("waiting", or "pending" when a wake came meanwhile),
-    None when the lease was no longer ours."""
+    """JOB_PARK: UPDATE a durable run to waiting, the one row, lease-fenced
+    (``waiting_for``: JSON text; ``signal``: a wait for a signal, whose park first tries
+    the job's signal lock, in one transaction with it); the status it gave the row
+    ("waiting", or "pending" when a wake came meanwhile), None when the lease was no
+    longer ours."""
     params = {
         "id": id,
         "job_id": id,
@@ -323,14 +325,16 @@ def _park(connection: Connection, params: dict[str, Any]) -> str | None:
 
 
 def job_wake_due(connection: Connection, *, limit: int = 1000) -> int:
-    """JOB_WAKE_DUE: move up to ``limit`` due waiting jobs to pending; how many."""
+    """JOB_WAKE_DUE: UPDATE up to ``limit`` due waiting jobs to pending, ``FOR UPDATE
+    SKIP LOCKED``; how many."""
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_WAKE_DUE, {"limit": limit})
         return int(cursor.fetchone()[0])
 
 
 def job_wake_now(connection: Connection, ids: Sequence[int]) -> set[int]:
-    """JOB_WAKE_NOW: wake the waiting jobs of ``ids`` now; the ids woken."""
+    """JOB_WAKE_NOW: UPDATE the waiting jobs of ``ids`` to pending now, rows locked in id
+    order; the ids woken."""
     with hot_cursor(connection) as cursor:
         cursor.execute(JOB_WAKE_NOW, {"ids": list(ids)})
         return {int(row[0]) for row in cursor.fetchall()}
@@ -339,7 +343,8 @@ def job_wake_now(connection: Connection, ids: Sequence[int]) -> set[int]:
 def job_advance_waiting(
     connection: Connection, seconds: float, queues: Sequence[str] | None = None
 ) -> int:
-    """JOB_ADVANCE_WAITING: move waiting jobs' clocks ``seconds`` forward; how many."""
+    """JOB_ADVANCE_WAITING: UPDATE waiting jobs' clocks ``seconds`` forward
+    (``run_jobs(advance=)`` only); how many."""
     with hot_cursor(connection) as cursor:
         cursor.execute(
             JOB_ADVANCE_WAITING,

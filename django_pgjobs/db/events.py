@@ -118,18 +118,19 @@ SELECT count(*) FROM {EVENT} WHERE created_at < now() - make_interval(secs => %(
 
 
 def event_emit(cursor: Any, params: dict[str, Any]) -> int:
-    """The shared lock on (name, key), then the insert and the wake: two statements of
-    one transaction (the caller's). Returns the event's id."""
+    """The shared lock on (name, key), then EVENT_INSERT: INSERT an event and wake its
+    waiting jobs, two statements of one transaction (the caller's). Returns the event's
+    id."""
     cursor.execute(EVENT_LOCK_SHARED, params)
     cursor.execute(EVENT_INSERT, params)
     return int(cursor.fetchone()[0])
 
 
 def event_look(cursor: Any, params: dict[str, Any]) -> tuple[int, int | None, Any, bool] | None:
-    """The exclusive lock on (name, key), then the look: two statements of one
-    transaction (the caller's, which records the step). (wakes, event id or None, its
-    payload as the cursor returns it, whether the run still holds the job), or None
-    when the job's row is gone."""
+    """The exclusive lock on (name, key), then EVENT_LOOK, the read of the event a wait
+    gets: two statements of one transaction (the caller's, which records the step).
+    (wakes, event id or None, its payload as the cursor returns it, whether the run
+    still holds the job), or None when the job's row is gone."""
     cursor.execute(EVENT_LOCK, params)
     cursor.execute(EVENT_LOOK if params["key"] is not None else EVENT_LOOK_NO_KEY, params)
     row = cursor.fetchone()

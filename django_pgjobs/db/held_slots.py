@@ -74,8 +74,8 @@ DELETE FROM {HELD_SLOT} h
 
 
 def held_slot_free(connection: Connection, *, worker: str, runs: Sequence[tuple[int, int]]) -> int:
-    """HELD_SLOT_FREE: give back the slots of ``(job id, lease)`` runs of ``worker``;
-    how many there were."""
+    """HELD_SLOT_FREE: DELETE the held slots of ``(job id, lease)`` runs of ``worker``,
+    by primary key, fenced by job, lease and worker; how many there were."""
     if not runs:
         return 0
     with connection.cursor() as cursor:

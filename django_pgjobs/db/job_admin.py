@@ -185,8 +185,9 @@ class Retried:
 
 
 def job_retry_now(connection: Connection, ids: Sequence[int], *, stale_after: float) -> Retried:
-    """RETRY_KEY_LOCK, RETRY_PARENT_LOCK, then JOB_RETRY_NOW: retry now, skipping jobs
-    whose unique_while key another job holds.
+    """RETRY_KEY_LOCK, RETRY_PARENT_LOCK, then JOB_RETRY_NOW: UPDATE dead, cancelled or
+    stuck jobs back to pending now behind their keys' advisory locks and their parents'
+    row locks, rows in id order, skipping jobs whose unique_while key another job holds.
 
     Key locks and retry share one transaction (its own when the caller has none).
     A concurrent *enqueue* of the same key takes no lock: if it commits the key in
@@ -214,7 +215,8 @@ def job_retry_now(connection: Connection, ids: Sequence[int], *, stale_after: fl
 
 
 def job_cancel(connection: Connection, ids: Sequence[int]) -> set[int]:
-    """JOB_CANCEL: the ids of ``ids`` that were blocked, waiting, pending or running and are now
+    """JOB_CANCEL: UPDATE unfinished jobs to cancelled, lease bumped, rows locked in id
+    order; the ids of ``ids`` that were blocked, waiting, pending or running and are now
     cancelled."""
     with connection.cursor() as cursor:
         cursor.execute(JOB_CANCEL, {"ids": list(ids)})

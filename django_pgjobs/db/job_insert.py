@@ -91,9 +91,10 @@ JOB_INSERT_FLOW_DELAYED = _insert_statement(flow=True, delayed=True)
 def job_insert(
     cursor: Any, params: dict[str, Any], *, flow: bool = False, delayed: bool = False
 ) -> Sequence[Any] | None:
-    """Run the member of the JOB_INSERT family for these options with ``params``
-    (``insert_params``): ``(id, run_at, created_at, _)`` of the new row, the times in
-    epoch microseconds, or None when a key is taken (nothing was written)."""
+    """JOB_INSERT (the family's member for these options): INSERT one job with
+    ``params`` (``insert_params``), ON CONFLICT DO NOTHING on its keys: no row lock,
+    the unique indexes decide. ``(id, run_at, created_at, _)`` of the new row, the times
+    in epoch microseconds, or None when a key is taken (nothing was written)."""
     if flow:
         statement = JOB_INSERT_FLOW_DELAYED if delayed else JOB_INSERT_FLOW
     else:
@@ -175,9 +176,10 @@ JOB_COPY = f"COPY {JOB} ({{columns}}) FROM STDIN"
 
 
 def job_copy(cursor: Any, columns: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """JOB_COPY: ``COPY ... FROM STDIN`` of ``rows`` (``columns``: the columns they set),
-    through the connection's ``execute_wrappers`` as ``executemany`` would go
-    (``many=True``, the rows as its params).
+    """JOB_COPY: ``COPY ... FROM STDIN`` of ``rows`` into the jobs table (``columns``: the
+    columns they set), plain inserts, no row lock; through the connection's
+    ``execute_wrappers`` as ``executemany`` would go (``many=True``, the rows as its
+    params).
 
     psycopg's copy API bypasses Django's wrappers; this way instrumentation, and the
     fault suite's injector (tests/faults/injector.py), see the bulk insert too.

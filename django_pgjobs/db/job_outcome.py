@@ -362,8 +362,8 @@ class Encoded(str):
 
 
 def job_heartbeat(connection: Connection, items: Sequence[tuple[int, int]]) -> set[int]:
-    """JOB_HEARTBEAT: touch ``(id, lease)`` items; returns the ids whose lease is no
-    longer ours."""
+    """JOB_HEARTBEAT: UPDATE ``heartbeat_at`` of ``(id, lease)`` items, rows locked in id
+    order, lease-fenced; returns the ids whose lease is no longer ours."""
     if not items:
         return set()
     with hot_cursor(connection) as cursor:
@@ -412,9 +412,10 @@ def job_retry(
     error: dict[str, Any],
     suspect: bool = False,
 ) -> str | None:
-    """JOB_RETRY: write a failed attempt; the status it gave the row ("pending", or
-    "dead" when the attempts guard dead-lettered it), or None when the lease was no
-    longer ours. ``suspect``: the run killed its own process; it stays a suspect."""
+    """JOB_RETRY: UPDATE a failed attempt to pending later or dead, the one row by
+    primary key, lease-fenced; the status it gave the row ("pending", or "dead" when the
+    attempts guard dead-lettered it), or None when the lease was no longer ours.
+    ``suspect``: the run killed its own process; it stays a suspect."""
     params = {"id": id, "lease": lease, "delay": delay, "suspect": suspect}
     return _status(connection, JOB_RETRY, params, error)
 
@@ -429,9 +430,10 @@ def job_timed_out(
     retry: bool,
     suspect: bool = False,
 ) -> str | None:
-    """JOB_TIMED_OUT: give up on a run past its timeout (lease bumped); the new status,
-    or None if the lease was no longer ours. The arguments of ``job_retry``, and
-    ``retry``: whether the job may run again at all. ``suspect``: it stays one."""
+    """JOB_TIMED_OUT: UPDATE a run past its timeout, the one row, lease-fenced and bumped;
+    the new status, or None if the lease was no longer ours. The arguments of
+    ``job_retry``, and ``retry``: whether the job may run again at all. ``suspect``: it
+    stays one."""
     params = {"id": id, "lease": lease, "retry": retry, "delay": delay, "suspect": suspect}
     return _status(connection, JOB_TIMED_OUT, params, error)
 
@@ -446,22 +448,25 @@ def _status(
 
 
 def job_dead(connection: Connection, *, id: int, lease: int, error: dict[str, Any]) -> bool:
-    """JOB_DEAD: dead-letter a claimed job; False when the lease was no longer ours."""
+    """JOB_DEAD: UPDATE a claimed job to dead, the one row, lease-fenced; False when the
+    lease was no longer ours."""
     return _fenced(connection, JOB_DEAD, {"id": id, "lease": lease} | error_params(error))
 
 
 def job_release(
     connection: Connection, *, id: int, lease: int, still_running: bool = False
 ) -> bool:
-    """JOB_RELEASE: hand a claimed job back uncounted (``still_running``: its run goes
-    on until the worker exits); False when it was no longer ours."""
+    """JOB_RELEASE: UPDATE a claimed job back to pending, uncounted, the one row,
+    lease-fenced: the give-back of a claim, a shutdown, a lost run (``still_running``:
+    its run goes on until the worker exits); False when it was no longer ours."""
     params = {"id": id, "lease": lease, "still_running": still_running}
     return _fenced(connection, JOB_RELEASE, params)
 
 
 def job_release_many(connection: Connection, told: Sequence[tuple[int, int]]) -> set[int]:
-    """JOB_RELEASE_MANY: hand back claimed jobs that never started, uncounted; the ids
-    released (the others were no longer ours)."""
+    """JOB_RELEASE_MANY: UPDATE claimed jobs that never started back to pending,
+    uncounted, rows locked in id order, lease-fenced; the ids released (the others were
+    no longer ours)."""
     params = {
         "ids": int_array(job_id for job_id, _ in told),
         "leases": int_array(lease for _, lease in told),
@@ -478,8 +483,8 @@ def _fenced(connection: Connection, statement: str, params: dict[str, Any]) -> b
 
 
 def job_dead_exhausted(connection: BaseDatabaseWrapper, *, worker: str) -> list[tuple[int, str]]:
-    """JOB_DEAD_EXHAUSTED: dead-letter pending rows whose attempts are used up (they
-    fail every claim); their (id, task)."""
+    """JOB_DEAD_EXHAUSTED: UPDATE pending rows whose attempts are used up (they fail
+    every claim) to dead, ``FOR UPDATE SKIP LOCKED``; their (id, task)."""
     message = (
         "pending with its attempts used up, which would fail every claim of its "
         "queue; dead-lettered"

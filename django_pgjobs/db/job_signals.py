@@ -121,8 +121,9 @@ SELECT j.wakes, taken.id, taken.payload FROM {JOB} j LEFT JOIN taken ON true
 
 
 def signal_send(cursor: Any, params: dict[str, Any]) -> tuple[str, int | None] | None:
-    """The shared lock, then SIGNAL_SEND: two statements of one transaction (the
-    caller's). (status, new id or None), or None for an unknown job."""
+    """The job's signal lock, shared, then SIGNAL_SEND: INSERT a signal and wake its
+    waiting job, two statements of one transaction (the caller's). (status, new id or
+    None), or None for an unknown job."""
     cursor.execute(SIGNAL_LOCK_SHARED, params)
     cursor.execute(SIGNAL_SEND, params)
     row = cursor.fetchone()
@@ -138,8 +139,9 @@ def signal_by_key(cursor: Any, job_id: int, key: str) -> int | None:
 def signal_take(
     cursor: Any, *, job_id: int, name: str, step: str
 ) -> tuple[int, int | None, Any] | None:
-    """The exclusive lock, then SIGNAL_TAKE: two statements of one transaction (the
-    one that records the step). (the job's wakes, the taken signal's id or None, its
+    """The job's signal lock, exclusive, then SIGNAL_TAKE: UPDATE the oldest unconsumed
+    signal to consumed, locking that row; two statements of one transaction (the one
+    that records the step). (the job's wakes, the taken signal's id or None, its
     payload as the cursor returns it), or None when the job's row is gone."""
     params = {"job_id": job_id, "name": name, "step": step}
     cursor.execute(SIGNAL_LOCK, params)

@@ -86,8 +86,9 @@ declare(
 def job_reap_stale(
     connection: Connection, *, stale_after: float, batch: int = 500
 ) -> list[tuple[int, str, str, int, str | None]]:
-    """JOB_REAP_STALE: reclaim one batch of stale running jobs; returns (id, task, new
-    status, attempts, worker)."""
+    """JOB_REAP_STALE: UPDATE one batch of running jobs of silent workers to pending or
+    dead, ``FOR UPDATE SKIP LOCKED``, lease bumped; returns (id, task, new status,
+    attempts, worker)."""
     with connection.cursor() as cursor:
         cursor.execute(JOB_REAP_STALE, reap_params(stale_after=stale_after, batch=batch))
         return [tuple(r) for r in cursor.fetchall()]

@@ -112,8 +112,9 @@ SELECT count(*) FROM finished
 def rollup_lock(
     connection: Connection,
 ) -> tuple[datetime | None, datetime | None, datetime, datetime] | None:
-    """ROLLUP_LOCK (inside a transaction): ``(rolled_from, rolled_to, now, settled)``, or
-    ``None`` when another pass holds the mark (or there is no mark row yet)."""
+    """ROLLUP_LOCK (inside a transaction): lock the mark row ``FOR UPDATE SKIP LOCKED``,
+    one pass at a time; ``(rolled_from, rolled_to, now, settled)``, or ``None`` when
+    another pass holds the mark (or there is no mark row yet)."""
     with connection.cursor() as cursor:
         cursor.execute(ROLLUP_LOCK)
         row = cursor.fetchone()
@@ -121,7 +122,7 @@ def rollup_lock(
 
 
 def rollup_mark_insert(connection: Connection) -> None:
-    """ROLLUP_MARK_INSERT: create the mark row if it is missing."""
+    """ROLLUP_MARK_INSERT: INSERT the minute counts' mark row if it is missing."""
     with connection.cursor() as cursor:
         cursor.execute(ROLLUP_MARK_INSERT)
 
@@ -129,8 +130,9 @@ def rollup_mark_insert(connection: Connection) -> None:
 def rollup_minutes(
     connection: Connection, *, since: datetime, until: datetime, keep_from: datetime
 ) -> int:
-    """ROLLUP_MINUTES: count ``[since, until)`` into the minutes, keep minutes from
-    ``keep_from``, move the mark; how many jobs were counted."""
+    """ROLLUP_MINUTES: UPSERT the finished jobs of ``[since, until)`` into the minutes,
+    keep minutes from ``keep_from``, move the mark, under ``rollup_lock``; locks no job
+    row. How many jobs were counted."""
     with connection.cursor() as cursor:
         cursor.execute(ROLLUP_MINUTES, {"since": since, "until": until, "keep_from": keep_from})
         row = cursor.fetchone()

@@ -4,10 +4,13 @@ minute counts), one entry each, the one module the packages above ``db/`` call t
 write. A reader looking for what changes a job's row starts here, and an
 import-linter contract in pyproject.toml keeps it the only way in.
 
-Each entry says what it writes and which lock it takes, and either delegates to the
-run function beside its statement (``job_retry`` runs ``job_outcome.JOB_RETRY``) or,
-for one statement and its fetch, runs that statement itself; the statements stay
-in their modules, by table and purpose, with each lock commented beside its text.
+Each entry says what it writes and which lock it takes. An entry that only calls the
+run function beside its statement re-exports it (``job_retry = job_outcome.job_retry``
+runs ``JOB_RETRY``), so callers and mypy see its own signature: a one-line comment
+here names the statement and the lock, and the function's docstring says the rest.
+An entry that runs a statement and its fetch itself, or calls a run function its own
+way (a fixed argument, narrower types), is a function here. The statements stay in
+their modules, by table and purpose, with each lock commented beside its text.
 
 What is not here, and why:
 
@@ -28,10 +31,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
-
-from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgjobs.db import (
     durable,
@@ -52,17 +52,11 @@ from django_pgjobs.db.cursor import Connection
 # -------------------------------------------------------------------- insert (enqueue)
 
 
-def insert_params(**values: Any) -> dict[str, Any]:
-    """The parameters of an insert (``JOB_INSERT``, ``JOB_DEBOUNCE``), unset columns NULL."""
-    return inserts.insert_params(**values)
+# JOB_INSERT, JOB_DEBOUNCE: their parameters, unset columns NULL; writes nothing itself
+insert_params = inserts.insert_params
 
-
-def job_insert(
-    cursor: Any, params: dict[str, Any], *, flow: bool = False, delayed: bool = False
-) -> Sequence[Any] | None:
-    """INSERT one job (``JOB_INSERT`` family), ON CONFLICT DO NOTHING on its keys: no
-    row lock, the unique indexes decide; None when a key is taken."""
-    return inserts.job_insert(cursor, params, flow=flow, delayed=delayed)
+# JOB_INSERT family: INSERT one job, ON CONFLICT DO NOTHING on its keys, no row lock
+job_insert = inserts.job_insert
 
 
 def job_debounce(cursor: Any, columns: str, params: dict[str, Any]) -> Sequence[Any] | None:
@@ -73,18 +67,15 @@ def job_debounce(cursor: Any, columns: str, params: dict[str, Any]) -> Sequence[
     return row
 
 
-def job_copy(cursor: Any, columns: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """COPY ``rows`` into the jobs table (``JOB_COPY``): plain inserts, no row lock."""
-    inserts.job_copy(cursor, columns, rows)
+# JOB_COPY: COPY rows into the jobs table, plain inserts, no row lock
+job_copy = inserts.job_copy
 
 
 # ------------------------------------------------------------- outcomes (the worker)
 
 
-def job_heartbeat(connection: Connection, items: Sequence[tuple[int, int]]) -> set[int]:
-    """UPDATE ``heartbeat_at`` of our running jobs (``JOB_HEARTBEAT``), rows locked in id
-    order, lease-fenced; the ids no longer ours."""
-    return job_outcome.job_heartbeat(connection, items)
+# JOB_HEARTBEAT: UPDATE heartbeat_at, rows locked in id order, lease-fenced
+job_heartbeat = job_outcome.job_heartbeat
 
 
 def job_complete_many(
@@ -103,181 +94,71 @@ def job_complete_chunk(
     return job_outcome.job_complete_many(connection, items, chunk=True)
 
 
-def job_retry(
-    connection: Connection,
-    *,
-    id: int,
-    lease: int,
-    delay: float,
-    error: dict[str, Any],
-    suspect: bool = False,
-) -> str | None:
-    """UPDATE a failed attempt to pending later or dead (``JOB_RETRY``), the one row by
-    primary key, lease-fenced; its new status, None when not ours."""
-    return job_outcome.job_retry(
-        connection, id=id, lease=lease, delay=delay, error=error, suspect=suspect
-    )
+# JOB_RETRY: UPDATE a failed attempt to pending later or dead, the one row, lease-fenced
+job_retry = job_outcome.job_retry
 
+# JOB_TIMED_OUT: UPDATE a run past its timeout, the one row, lease-fenced and bumped
+job_timed_out = job_outcome.job_timed_out
 
-def job_timed_out(
-    connection: Connection,
-    *,
-    id: int,
-    lease: int,
-    delay: float,
-    error: dict[str, Any],
-    retry: bool,
-    suspect: bool = False,
-) -> str | None:
-    """UPDATE a run past its timeout (``JOB_TIMED_OUT``), the one row, lease-fenced and
-    bumped; its new status, None when not ours."""
-    return job_outcome.job_timed_out(
-        connection, id=id, lease=lease, delay=delay, error=error, retry=retry, suspect=suspect
-    )
+# JOB_DEAD: UPDATE a claimed job to dead, the one row, lease-fenced
+job_dead = job_outcome.job_dead
 
+# JOB_RELEASE: UPDATE a claimed job back to pending, the one row, lease-fenced
+job_release = job_outcome.job_release
 
-def job_dead(connection: Connection, *, id: int, lease: int, error: dict[str, Any]) -> bool:
-    """UPDATE a claimed job to dead (``JOB_DEAD``), the one row, lease-fenced."""
-    return job_outcome.job_dead(connection, id=id, lease=lease, error=error)
+# JOB_RELEASE_MANY: UPDATE unstarted claims to pending, rows locked in id order, lease-fenced
+job_release_many = job_outcome.job_release_many
 
+# JOB_DEAD_EXHAUSTED: UPDATE pending jobs to dead, FOR UPDATE SKIP LOCKED
+job_dead_exhausted = job_outcome.job_dead_exhausted
 
-def job_release(
-    connection: Connection, *, id: int, lease: int, still_running: bool = False
-) -> bool:
-    """UPDATE a claimed job back to pending, uncounted (``JOB_RELEASE``), the one row,
-    lease-fenced: the give-back of a claim, a shutdown, a lost run."""
-    return job_outcome.job_release(connection, id=id, lease=lease, still_running=still_running)
+# JOB_PARK: UPDATE a run to waiting, the one row, lease-fenced (a signal wait: its lock)
+job_park = durable.job_park
 
-
-def job_release_many(connection: Connection, told: Sequence[tuple[int, int]]) -> set[int]:
-    """UPDATE claimed jobs that never started back to pending (``JOB_RELEASE_MANY``), rows
-    locked in id order, lease-fenced; the ids released."""
-    return job_outcome.job_release_many(connection, told)
-
-
-def job_dead_exhausted(connection: BaseDatabaseWrapper, *, worker: str) -> list[tuple[int, str]]:
-    """UPDATE pending jobs with no attempts left to dead (``JOB_DEAD_EXHAUSTED``),
-    ``FOR UPDATE SKIP LOCKED``; their (id, task)."""
-    return job_outcome.job_dead_exhausted(connection, worker=worker)
-
-
-def job_park(
-    connection: Connection,
-    *,
-    id: int,
-    lease: int,
-    until: datetime | None,
-    waiting_for: str,
-    seen: int,
-    signal: bool = False,
-) -> str | None:
-    """UPDATE a durable run to waiting (``JOB_PARK``), the one row, lease-fenced (a wait
-    for a signal tries the job's signal lock first); its new status."""
-    return durable.job_park(
-        connection,
-        id=id,
-        lease=lease,
-        until=until,
-        waiting_for=waiting_for,
-        seen=seen,
-        signal=signal,
-    )
-
-
-def held_slot_free(connection: Connection, *, worker: str, runs: Sequence[tuple[int, int]]) -> int:
-    """DELETE the held limit slots of runs seen to end (``HELD_SLOT_FREE``), by primary
-    key, fenced by job, lease and worker; how many."""
-    return held_slots.held_slot_free(connection, worker=worker, runs=runs)
+# HELD_SLOT_FREE: DELETE held slots by primary key, fenced by job, lease and worker
+held_slot_free = held_slots.held_slot_free
 
 
 # -------------------------------------------------------------- durable steps, wakes
 
 
-def step_record(
-    connection: Connection,
-    *,
-    job_id: int,
-    lease: int,
-    name: str,
-    occurrence: int,
-    kind: str,
-    result: str | None,
-) -> tuple[bool, int | None]:
-    """INSERT a durable step (``STEP_RECORD``) under the job row's ``FOR NO KEY UPDATE``
-    lock, lease-fenced; (ours, seq)."""
-    return durable.step_record(
-        connection,
-        job_id=job_id,
-        lease=lease,
-        name=name,
-        occurrence=occurrence,
-        kind=kind,
-        result=result,
-    )
+# STEP_RECORD: INSERT a step under the job row's FOR NO KEY UPDATE lock, lease-fenced
+step_record = durable.step_record
 
+# JOB_WAKE_DUE: UPDATE due waiting jobs to pending, FOR UPDATE SKIP LOCKED
+job_wake_due = durable.job_wake_due
 
-def job_wake_due(connection: Connection, *, limit: int = 1000) -> int:
-    """UPDATE waiting jobs whose time came to pending (``JOB_WAKE_DUE``), ``FOR UPDATE
-    SKIP LOCKED``; how many."""
-    return durable.job_wake_due(connection, limit=limit)
+# JOB_WAKE_NOW: UPDATE waiting jobs to pending now, rows locked in id order
+job_wake_now = durable.job_wake_now
 
-
-def job_wake_now(connection: Connection, ids: Sequence[int]) -> set[int]:
-    """UPDATE the waiting jobs of ``ids`` to pending now (``JOB_WAKE_NOW``), rows locked in
-    id order; the ids woken."""
-    return durable.job_wake_now(connection, ids)
-
-
-def job_advance_waiting(
-    connection: Connection, seconds: float, queues: Sequence[str] | None = None
-) -> int:
-    """UPDATE waiting jobs' clocks forward (``JOB_ADVANCE_WAITING``, ``run_jobs(advance=)``
-    only); how many."""
-    return durable.job_advance_waiting(connection, seconds, queues)
+# JOB_ADVANCE_WAITING: UPDATE waiting jobs' clocks forward, run_jobs(advance=) only
+job_advance_waiting = durable.job_advance_waiting
 
 
 # ---------------------------------------------------------------- signals and events
 
 
-def signal_send(cursor: Any, params: dict[str, Any]) -> tuple[str, int | None] | None:
-    """INSERT a signal and wake its waiting job (``SIGNAL_SEND``) behind the job's signal
-    lock, shared, in the caller's transaction."""
-    return job_signals.signal_send(cursor, params)
+# SIGNAL_SEND: INSERT a signal, wake its job, behind the job's signal lock, shared
+signal_send = job_signals.signal_send
 
+# SIGNAL_TAKE: UPDATE a signal to consumed, behind the job's signal lock, exclusive
+signal_take = job_signals.signal_take
 
-def signal_take(
-    cursor: Any, *, job_id: int, name: str, step: str
-) -> tuple[int, int | None, Any] | None:
-    """UPDATE the oldest unconsumed signal to consumed (``SIGNAL_TAKE``) behind the job's
-    signal lock, exclusive; locks that signal row."""
-    return job_signals.signal_take(cursor, job_id=job_id, name=name, step=step)
+# EVENT_INSERT: INSERT an event, wake its jobs, behind the (name, key) lock, shared
+event_emit = events.event_emit
 
-
-def event_emit(cursor: Any, params: dict[str, Any]) -> int:
-    """INSERT an event and wake its waiting jobs (``EVENT_INSERT``) behind the (name, key)
-    lock, shared, in the caller's transaction; its id."""
-    return events.event_emit(cursor, params)
-
-
-def event_look(cursor: Any, params: dict[str, Any]) -> tuple[int, int | None, Any, bool] | None:
-    """Read the event a wait gets (``EVENT_LOOK``) behind the (name, key) lock, exclusive;
-    written with the step that records it."""
-    return events.event_look(cursor, params)
+# EVENT_LOOK: read a wait's event behind the (name, key) lock, exclusive
+event_look = events.event_look
 
 
 # ------------------------------------------------------------- operators (admin, code)
 
 
-def job_retry_now(connection: Connection, ids: Sequence[int], *, stale_after: float) -> Retried:
-    """UPDATE dead, cancelled or stuck jobs back to pending (``JOB_RETRY_NOW``) behind
-    their keys' advisory locks and their parents' row locks, rows in id order."""
-    return job_admin.job_retry_now(connection, ids, stale_after=stale_after)
+# JOB_RETRY_NOW: UPDATE back to pending behind key and parent locks, rows in id order
+job_retry_now = job_admin.job_retry_now
 
-
-def job_cancel(connection: Connection, ids: Sequence[int]) -> set[int]:
-    """UPDATE unfinished jobs to cancelled, lease bumped (``JOB_CANCEL``), rows locked in
-    id order; the ids cancelled."""
-    return job_admin.job_cancel(connection, ids)
+# JOB_CANCEL: UPDATE unfinished jobs to cancelled, lease bumped, rows locked in id order
+job_cancel = job_admin.job_cancel
 
 
 #: What a retry did (``job_retry_now``): the ids retried, the ids skipped for a held key.
@@ -286,12 +167,8 @@ Retried = job_admin.Retried
 # --------------------------------------------------------------- maintenance passes
 
 
-def job_reap_stale(
-    connection: Connection, *, stale_after: float, batch: int = 500
-) -> list[tuple[int, str, str, int, str | None]]:
-    """UPDATE running jobs of silent workers to pending or dead (``JOB_REAP_STALE``), ``FOR
-    UPDATE SKIP LOCKED``, lease bumped."""
-    return reap.job_reap_stale(connection, stale_after=stale_after, batch=batch)
+# JOB_REAP_STALE: UPDATE silent workers' jobs, FOR UPDATE SKIP LOCKED, lease bumped
+job_reap_stale = reap.job_reap_stale
 
 
 def job_prune_batch(cursor: Any, *, status: str, older_than: float, batch: int) -> int:
@@ -333,24 +210,14 @@ def job_dead_unknown(cursor: Any, params: dict[str, Any]) -> list[tuple[Any, ...
     return list(cursor.fetchall())
 
 
-def rollup_mark_insert(connection: Connection) -> None:
-    """INSERT the minute counts' mark row when missing (``ROLLUP_MARK_INSERT``)."""
-    rollup.rollup_mark_insert(connection)
+# ROLLUP_MARK_INSERT: INSERT the minute counts' mark row when missing
+rollup_mark_insert = rollup.rollup_mark_insert
 
+# ROLLUP_LOCK: lock the mark row FOR UPDATE SKIP LOCKED, one pass at a time
+rollup_lock = rollup.rollup_lock
 
-def rollup_lock(
-    connection: Connection,
-) -> tuple[datetime | None, datetime | None, datetime, datetime] | None:
-    """Lock the mark row ``FOR UPDATE SKIP LOCKED`` (``ROLLUP_LOCK``): one pass at a time."""
-    return rollup.rollup_lock(connection)
-
-
-def rollup_minutes(
-    connection: Connection, *, since: datetime, until: datetime, keep_from: datetime
-) -> int:
-    """UPSERT the finished jobs of ``[since, until)`` into the minutes, move the mark
-    (``ROLLUP_MINUTES``), under ``rollup_lock``; locks no job row."""
-    return rollup.rollup_minutes(connection, since=since, until=until, keep_from=keep_from)
+# ROLLUP_MINUTES: UPSERT the minutes, move the mark, under rollup_lock; locks no job row
+rollup_minutes = rollup.rollup_minutes
 
 
 # ---------------------------------------------------------------------- worker rows
