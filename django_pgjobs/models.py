@@ -4,9 +4,8 @@ value), ``Worker`` (one row per live ``runjobs``), ``Queue`` (pause and limits),
 their thread goes on), ``Minute`` / ``RollupMark`` (finished jobs counted per minute, for
 the pages that show the last hour); signals and events: ``durable/signal_models.py``.
 
-No business logic lives here: state changes go through the storage façade
-(``db/store.py``) to the statements of ``db/`` (fenced by ``lease``), never
-``Job.save()``; CHECK constraints hold the invariants on any path.
+No business logic here: state changes go through the storage façade (``db/store.py``),
+fenced by ``lease``, never ``Job.save()``; CHECK constraints hold the invariants.
 """
 
 from __future__ import annotations

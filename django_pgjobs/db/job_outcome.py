@@ -431,9 +431,8 @@ def job_timed_out(
     suspect: bool = False,
 ) -> str | None:
     """JOB_TIMED_OUT: UPDATE a run past its timeout, the one row, lease-fenced and bumped;
-    the new status, or None if the lease was no longer ours. The arguments of
-    ``job_retry``, and ``retry``: whether the job may run again at all. ``suspect``: it
-    stays one."""
+    the new status, or None if not ours. The arguments of ``job_retry``, and ``retry``:
+    whether the job may run again at all."""
     params = {"id": id, "lease": lease, "retry": retry, "delay": delay, "suspect": suspect}
     return _status(connection, JOB_TIMED_OUT, params, error)
 
@@ -465,8 +464,7 @@ def job_release(
 
 def job_release_many(connection: Connection, told: Sequence[tuple[int, int]]) -> set[int]:
     """JOB_RELEASE_MANY: UPDATE claimed jobs that never started back to pending,
-    uncounted, rows locked in id order, lease-fenced; the ids released (the others were
-    no longer ours)."""
+    uncounted, rows locked in id order, lease-fenced; the ids released."""
     params = {
         "ids": int_array(job_id for job_id, _ in told),
         "leases": int_array(lease for _, lease in told),
