@@ -9,7 +9,6 @@ In-process workers on the real database; the handlers record each call's job ids
 from __future__ import annotations
 
 import re
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -20,11 +19,10 @@ from django.urls import reverse
 
 from django_pgjobs.admin.chunk_runs import MEMBERS_SHOWN
 from django_pgjobs.models import Job
-from django_pgjobs.worker.loop import Worker
 from tests import chunk_jobs
 from tests.chunk_jobs import calls
-from tests.conftest import wait_until
 from tests.helpers.admin_rows import text
+from tests.helpers.inprocess_worker import running_worker
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,15 +36,7 @@ def call_table() -> None:
 def drain(until: Callable[[], Any]) -> None:
     """A worker of one job thread (so a chunk takes every due job of its task) until
     ``until()`` holds."""
-    worker = Worker(queues=["chunks"], concurrency=1, maintenance=False, poll_interval=0.1)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(until, timeout=60, message="the chunked jobs to settle")
-    finally:
-        worker.request_stop()
-        thread.join(30)
-    assert not thread.is_alive(), "the worker did not stop"
+    running_worker(until, queues=["chunks"], concurrency=1)
 
 
 def settled(ids: list[int], *statuses: str) -> Callable[[], bool]:

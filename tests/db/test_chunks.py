@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +26,7 @@ from tests import chunk_jobs
 from tests import workflow_jobs as w
 from tests.chunk_jobs import calls
 from tests.conftest import run_burst_worker, wait_until
+from tests.helpers.inprocess_worker import running_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,20 +34,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def call_table() -> None:
     chunk_jobs.create_calls()
-
-
-def running_worker(until: Callable[[], Any], *, queues: list[str], timeout: float = 60) -> Worker:
-    """Run a worker of ``queues`` in a thread until ``until()`` holds; stop it then."""
-    worker = Worker(queues=queues, concurrency=4, maintenance=False, poll_interval=0.1)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(until, timeout=timeout, message="the chunked jobs to settle")
-    finally:
-        worker.request_stop()
-        thread.join(30)
-    assert not thread.is_alive(), "the worker did not stop"
-    return worker
 
 
 def statuses(ids: list[int]) -> dict[int, str]:
