@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from django.conf import settings
 
@@ -237,13 +238,20 @@ def fairness(world: World, runs: Sequence[Run], rows: dict[int, Job]) -> list[st
     ]
 
 
+def lost_worker_entries(row: Job | None) -> list[dict[str, Any]]:
+    """The error entries the reaper wrote when it took the job back from a lost worker."""
+    if row is None:
+        return []
+    return [
+        entry
+        for entry in row.errors or []
+        if isinstance(entry, dict) and "WorkerLost" in str(entry.get("type"))
+    ]
+
+
 def reaped(row: Job | None) -> bool:
     """The reaper took the job back from a lost worker at least once."""
-    return row is not None and any(
-        "WorkerLost" in str(entry.get("type"))
-        for entry in row.errors or []
-        if isinstance(entry, dict)
-    )
+    return bool(lost_worker_entries(row))
 
 
 def false_reaps(world: World, rows: dict[int, Job]) -> list[str]:
@@ -252,9 +260,7 @@ def false_reaps(world: World, rows: dict[int, Job]) -> list[str]:
     lost = world.lost_pids()
     problems = []
     for i, row in sorted(rows.items()):
-        for entry in row.errors or []:
-            if "WorkerLost" not in str(entry.get("type")):
-                continue
+        for entry in lost_worker_entries(row):
             m = PID.search(str(entry.get("worker") or ""))
             if m is None or int(m[1]) not in lost:
                 problems.append(
